@@ -1,0 +1,59 @@
+"""Frozen settings records. Built in one place (the CLI) from options and DCODE_* variables;
+library code never reads argv or the environment. Imports nothing of dcode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+Ordering = Literal["confidence", "margin", "entropy", "random"]
+Rule = Literal["schedule", "threshold", "entropy-bound"]
+
+ORDERINGS: tuple[str, ...] = get_args(Ordering)
+RULES: tuple[str, ...] = get_args(Rule)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    # Which masked positions count as most certain: probability of the chosen token (LLaDA
+    # low_confidence / Dream maskgit_plus), top-1 minus top-2 (Dream topk_margin), negative
+    # entropy (Dream entropy), or random order (LLaDA random / Dream origin).
+    ordering: Ordering = "confidence"
+    # How many positions to commit per pass: a fixed schedule, every position whose chosen-token
+    # probability is >= threshold (Fast-dLLM), or the entropy bound (EB-sampler).
+    rule: Rule = "threshold"
+    # Forward passes for the whole answer under the fixed schedule; None = one token per pass.
+    steps: int | None = None
+    # Fast-dLLM's confidence threshold; 0.9 is the published default.
+    threshold: float = 0.9
+    # EB-sampler's gamma: accept while the summed entropy minus its largest term stays below it.
+    entropy_bound: float = 0.1
+    # Semi-autoregressive block length for full-attention models (None = one block spanning the
+    # answer). Block-causal models always decode in their own attention blocks.
+    block: int | None = None
+    # 0 = greedy argmax; otherwise sample from softmax(logits / temperature) with Gumbel-max.
+    temperature: float = 0.0
+    # Nucleus filter applied before sampling (1.0 = off).
+    top_p: float = 1.0
+    # Reuse keys/values of finished blocks where the model's attention makes that exact.
+    cache: bool = True
+    # Once a finished block holds an end-of-answer token, fill what is left with padding and stop.
+    stop_at_eos: bool = True
+    # Seed of every random draw (Gumbel noise, random ordering): same seed, same output.
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ordering not in ORDERINGS:
+            raise ValueError(f"unknown ordering {self.ordering!r} (choose from {', '.join(ORDERINGS)})")
+        if self.rule not in RULES:
+            raise ValueError(f"unknown strategy {self.rule!r} (choose from {', '.join(RULES)})")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError("steps must be at least 1")
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError("threshold must be in (0, 1]")
+        if self.block is not None and self.block < 1:
+            raise ValueError("block must be at least 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")

@@ -1,0 +1,52 @@
+"""What the sampler needs from a model: a protocol and a record of facts. No torch import.
+
+A model is anything callable from token ids (B, L) to logits (B, L, V) that carries `facts` and
+can make a key/value cache (or says it cannot). The embedded model, every real family and the
+tests' fake all satisfy it; nothing inherits from a dcode class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ModelError(Exception):
+    """A model folder that is missing, incomplete or of an unsupported kind (one-line message)."""
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    name: str  # what the user asked for: a folder, an id, or "dcode-tiny"
+    family: str  # the family module that loaded it
+    mask_id: int  # the token that marks a position still to be generated
+    eos_ids: frozenset[int]  # tokens that end the answer
+    pad_id: int  # filler after the end of the answer
+    shifted: bool  # logits for position i come from hidden state i-1 (Dream, Fast-dLLM v2)
+    block: int | None  # block-causal attention block size; None = full attention
+    max_length: int  # longest canvas (prompt + answer) the model's positions allow
+    vocab_size: int
+
+
+class Cache(Protocol):
+    """Keys/values of the first `length` canvas positions."""
+
+    @property
+    def length(self) -> int: ...
+
+    def crop(self, length: int) -> None: ...
+
+
+class Denoiser(Protocol):
+    facts: ModelFacts
+    tokenizer: Any
+
+    def __call__(self, ids: torch.Tensor, cache: Any = None) -> torch.Tensor: ...
+
+    def new_cache(self) -> Cache | None: ...
+
+    @property
+    def device(self) -> torch.device: ...

@@ -1,0 +1,263 @@
+"""The one sampling loop: denoise() yields a Step per forward pass.
+
+Pure tensor code: takes a denoiser (see dcode.models.base) and a canvas of token ids in which some
+positions hold the mask token, and fills them block by block. Knows nothing about tokenizers,
+tree-sitter, files or the terminal. The CLI, the live view, the repair pass, the benchmarks and the
+tests all consume this generator; "just the result" is final(denoise(...)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from dcode.config import SamplerConfig
+from dcode.models.base import Denoiser
+
+
+@dataclass(frozen=True)
+class Step:
+    canvas: torch.Tensor  # (L,) token ids after this pass (on the CPU)
+    committed: torch.Tensor  # (n,) canvas positions filled by this pass
+    scores: torch.Tensor  # (n,) their ordering scores (higher = more certain)
+    block: tuple[int, int]  # the block being decoded, [start, end)
+    forward: int  # forward passes so far, this one included
+    input_tokens: int  # tokens fed to this forward pass (less than L with the cache)
+    masked: int  # masked positions left after this pass
+    done: bool  # nothing is left to fill
+
+
+# ---------------------------------------------------------------------------------------------
+# Token choice and certainty: pure functions over (N, V) logits of the masked positions.
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of tokens whose probability
+    reaches top_p, set the rest to -inf. logits (N, V) -> (N, V)."""
+    if top_p >= 1.0:
+        return logits
+    ordered, index = logits.sort(dim=-1, descending=True)
+    cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+    drop = cumulative - ordered.softmax(dim=-1) >= top_p  # the top token is always kept
+    ordered = ordered.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, index, ordered)
+
+
+def choose_tokens(
+    logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick a token per row. Returns tokens (N,) and the distribution they came from (N, V).
+
+    temperature 0 is argmax; otherwise Gumbel-max in float64 (LLaDA: low-precision Gumbel noise
+    hurts quality): argmax(l / T + g), g = -log(-log u), which samples softmax(l / T).
+    """
+    logits = top_p_filter(logits.double(), top_p)  # (N, V)
+    if temperature == 0:
+        return logits.argmax(dim=-1), logits.softmax(dim=-1)
+    scaled = logits / temperature
+    u = torch.rand(scaled.shape, generator=gen, dtype=torch.float64).to(scaled.device)
+    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
+    return (scaled + gumbel).argmax(dim=-1), scaled.softmax(dim=-1)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats per row. probs (N, V) -> (N,)."""
+    return -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+def chosen_probability(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return probs.gather(-1, tokens[:, None])[:, 0]  # (N,)
+
+
+def score_confidence(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return chosen_probability(probs, tokens)
+
+
+def score_margin(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    top2 = probs.topk(2, dim=-1).values  # (N, 2)
+    return top2[:, 0] - top2[:, 1]
+
+
+def score_entropy(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return -entropy(probs)
+
+
+def score_random(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return torch.rand(len(tokens), generator=gen, dtype=torch.float64).to(probs.device)
+
+
+SCORES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]] = {
+    "confidence": score_confidence,
+    "margin": score_margin,
+    "entropy": score_entropy,
+    "random": score_random,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Commit rules: which of the N candidate rows to fill this pass. Each returns row indices.
+
+
+def schedule_counts(masked: int, steps: int) -> list[int]:
+    """LLaDA's fixed schedule: split `masked` tokens evenly over `steps` passes, remainder first.
+    Example: schedule_counts(10, 4) -> [3, 3, 2, 2]."""
+    steps = max(1, min(steps, masked))
+    base, extra = divmod(masked, steps)
+    return [base + (1 if i < extra else 0) for i in range(steps)]
+
+
+def commit_top(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """The `count` rows with the highest score."""
+    return scores.topk(min(count, len(scores))).indices
+
+
+def commit_threshold(probability: torch.Tensor, scores: torch.Tensor, tau: float) -> torch.Tensor:
+    """Fast-dLLM: every row whose chosen-token probability is >= tau; if none, the best-scored
+    row alone, so the loop never stalls."""
+    above = (probability >= tau).nonzero()[:, 0]
+    return above if len(above) else scores.argmax()[None]
+
+
+def commit_entropy_bound(entropies: torch.Tensor, gamma: float) -> torch.Tensor:
+    """EB-sampler: sort by entropy ascending, accept the largest k with
+    sum(H_1..H_k) - max(H_1..H_k) <= gamma (always at least one)."""
+    ordered, index = entropies.sort()
+    slack = ordered.cumsum(0) - ordered.cummax(0).values
+    k = int((slack <= gamma).sum().clamp_min(1))
+    return index[:k]
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks
+
+
+def block_spans(start: int, length: int, block: int, aligned: bool) -> list[tuple[int, int]]:
+    """Split [start, length) into blocks of `block` tokens. Aligned spans cut at multiples of
+    `block` (a block-causal model's own attention blocks); otherwise they count from start.
+    Example: block_spans(5, 20, 8, aligned=True) -> [(5, 8), (8, 16), (16, 20)]."""
+    cuts = range((start // block + 1) * block, length, block) if aligned else range(start + block, length, block)
+    edges = [start, *cuts, length]
+    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if a < b]
+
+
+def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[int]) -> list[int]:
+    """The answer's ids up to (not including) the first end token, without pad/mask ids."""
+    out: list[int] = []
+    for token in tokens.tolist():
+        if token in eos_ids:
+            break
+        if token not in drop:
+            out.append(token)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerConfig) -> Iterator[Step]:
+    """Fill every mask token in canvas[start:] and yield a Step after each forward pass.
+
+    canvas (L,) holds the prompt in [0, start) and the answer region in [start, L); masks may sit
+    anywhere in the answer region (the repair pass re-masks spans in the middle). Positions are
+    filled block by block, left to right; a block's positions are never committed before the
+    blocks to its left are finished.
+    """
+    facts = model.facts
+    device = model.device
+    canvas = canvas.clone().to(device)
+    length = len(canvas)
+    if facts.shifted and start < 1:
+        raise ValueError("a model with shifted logits needs at least one prompt token")
+    gen = torch.Generator().manual_seed(config.seed)
+    score = SCORES[config.ordering]
+    aligned = facts.block is not None
+    size = facts.block or config.block or max(1, length - start)
+    cache = model.new_cache() if config.cache else None
+    is_masked = canvas == facts.mask_id
+    masks_total = int(is_masked[start:].sum())
+    forward = 0
+    carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
+
+    for s, e in block_spans(start, length, size, aligned):
+        in_block = int(is_masked[s:e].sum())
+        if in_block == 0:
+            continue
+        # Passes this block gets under the fixed schedule: its share of the total budget.
+        steps = config.steps or masks_total
+        plan = schedule_counts(in_block, max(1, round(steps * in_block / max(1, masks_total))))
+        a = (s // facts.block) * facts.block if facts.block else s  # first position of s's attention block
+        step_in_block = 0
+        while bool(is_masked[s:e].any()):
+            # 1) forward: with a cache only the uncached stretch up to this block's end
+            if cache is not None:
+                c = cache.length
+                out = model(canvas[None, c:e], cache)[0]  # (e-c, V)
+                cache.crop(a)  # keep finished blocks only
+                fed = e - c
+                if facts.shifted:
+                    if c <= s - 1:
+                        carry = out[s - 1 - c]
+                    assert carry is not None
+                    logits = torch.cat([carry[None], out[s - c : e - c - 1]])  # rows for s..e-1
+                else:
+                    logits = out[s - c : e - c]
+            else:
+                out = model(canvas[None], None)[0]  # (L, V)
+                fed = length
+                logits = out[s - 1 : e - 1] if facts.shifted else out[s:e]
+            forward += 1
+
+            # 2) a token and a score for every masked position of the block
+            rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of masked positions
+            tokens, probs = choose_tokens(logits[rows], config.temperature, config.top_p, gen)
+            scores = score(probs, tokens, gen)
+
+            # 3) commit some of them
+            if config.rule == "schedule":
+                count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
+                pick = commit_top(scores, count)
+            elif config.rule == "threshold":
+                pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
+            else:
+                pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
+            positions = rows[pick] + s
+            canvas[positions] = tokens[pick]
+            is_masked[positions] = False
+            step_in_block += 1
+
+            # 4) stop early once a finished block has ended the answer
+            finished = not bool(is_masked[s:e].any())
+            ended = finished and config.stop_at_eos and _holds_end(canvas[max(s, start) : e], facts.eos_ids)
+            if ended:
+                rest = is_masked.clone()
+                rest[:e] = False
+                canvas[rest] = facts.pad_id
+                is_masked[rest] = False
+            left = int(is_masked[start:].sum())
+            yield Step(
+                canvas=canvas.cpu(),
+                committed=positions.cpu(),
+                scores=scores[pick].float().cpu(),
+                block=(s, e),
+                forward=forward,
+                input_tokens=fed,
+                masked=left,
+                done=left == 0,
+            )
+            if ended:
+                return
+
+
+def _holds_end(tokens: torch.Tensor, eos_ids: frozenset[int]) -> bool:
+    return any(int(t) in eos_ids for t in tokens)
+
+
+def final(steps: Iterator[Step]) -> Step | None:
+    """Drain the generator; the last step holds the finished canvas (None if nothing was masked)."""
+    last = None
+    for last in steps:
+        pass
+    return last

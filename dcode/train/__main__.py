@@ -1,0 +1,46 @@
+"""`python -m dcode.train`: build the data, train (resumable), export dcode-tiny.
+
+  python -m dcode.train data                 # corpus -> .train/data (tokenizer + arrays)
+  python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
+  python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dcode.models import EMBEDDED
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m dcode.train")
+    parser.add_argument("command", choices=["data", "fit", "export"])
+    parser.add_argument("--data", type=Path, default=Path(".train/data"))
+    parser.add_argument("--run", type=Path, default=Path(".train/run"))
+    parser.add_argument("--out", type=Path, default=EMBEDDED)
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.command == "data":
+        from dcode.train.data import build
+
+        build(args.data, args.vocab)
+        return
+    from dcode.train.train import TrainConfig, Trainer
+
+    trainer = Trainer(args.data, args.run, TrainConfig())
+    if args.command == "fit":
+        trainer.fit(args.minutes)
+    else:
+        trainer.export(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Training corpus for dcode-tiny: offline Python code split into prompt -> code units.
+
+Owns: finding source files (the standard library and permissively licensed installed packages),
+the train / validation / held-out split, de-duplication, and cutting files into units (a module,
+class or function with a prompt taken from its docstring, leading comment or name).
+Knows nothing about tokenizers or models.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.metadata as metadata
+import re
+import sysconfig
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Split = Literal["train", "valid", "heldout"]
+
+# Licences whose code we may learn from and ship weights of (matched in licence text/classifiers).
+PERMISSIVE = ("MIT", "BSD", "Apache", "PSF", "Python Software Foundation", "ISC", "0BSD", "Zlib")
+# Licences that exclude a distribution even when a permissive one is also named.
+COPYLEFT = ("GPL", "MPL", "Mozilla", "EPL", "CDDL")
+# Path components that mark test code: always held out, never trained on.
+TEST_DIRS = frozenset({"test", "tests"})
+# Share of the remaining files kept for validation, chosen by a stable hash of the path.
+VALID_PERCENT = 2
+# Files larger than this are generated tables or vendored blobs, not code worth learning.
+MAX_FILE_BYTES = 400_000
+
+
+@dataclass(frozen=True)
+class Source:
+    path: Path
+    package: str  # "stdlib" or the distribution name
+    license: str
+    split: Split
+
+
+@dataclass(frozen=True)
+class Unit:
+    prompt: str
+    code: str
+    kind: Literal["module", "class", "function"]
+    origin: str  # "path:line"
+
+
+def split_of(relative: str) -> Split:
+    """Held out if under a test folder, else valid for a fixed 2% of paths, else train."""
+    parts = set(Path(relative).parts[:-1])
+    if parts & TEST_DIRS:
+        return "heldout"
+    bucket = int(hashlib.sha1(relative.encode()).hexdigest(), 16) % 100
+    return "valid" if bucket < VALID_PERCENT else "train"
+
+
+def license_of(dist: metadata.Distribution) -> str | None:
+    """The distribution's licence if it is permissive, else None."""
+    meta = dist.metadata
+    text = " ".join(
+        [meta.get("License-Expression") or "", (meta.get("License") or "")[:200]]
+        + [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
+    )
+    if any(word in text for word in COPYLEFT) or not any(word in text for word in PERMISSIVE):
+        return None
+    expression = meta.get("License-Expression") or (meta.get("License") or "").split("\n")[0]
+    return expression.strip()[:60] or "permissive (classifier)"
+
+
+def find_sources(include_packages: bool = True) -> Iterator[Source]:
+    """Yield the standard library's .py files, then those of permissively licensed packages."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
+        relative = path.relative_to(stdlib)
+        if relative.parts[0] in ("site-packages", "dist-packages") or relative.parts[0].startswith(
+            "idlelib"
+        ):
+            continue
+        yield Source(path, "stdlib", "PSF-2.0", split_of(f"stdlib/{relative}"))
+    if not include_packages:
+        return
+    for dist in sorted(metadata.distributions(), key=lambda d: d.metadata["Name"] or ""):
+        licence = license_of(dist)
+        name = dist.metadata["Name"] or "?"
+        if licence is None or name.lower() == "dcode":
+            continue
+        for file in sorted(dist.files or [], key=str):
+            if file.suffix != ".py":
+                continue
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                yield Source(path, name, licence, split_of(f"{name}/{file}"))
+
+
+def normalized_hash(code: str) -> str:
+    """Hash that ignores trailing whitespace, so copies vendored twice count once."""
+    lines = [line.rstrip() for line in code.strip().splitlines()]
+    return hashlib.sha1("\n".join(lines).encode()).hexdigest()
+
+
+def words_of(name: str) -> str:
+    """Split snake_case and CamelCase names into words. Example: parseHTTPDate_v2 -> parse http date v2."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name.strip("_"))
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)
+    return " ".join(w.lower() for w in re.split(r"[_\s]+", spaced) if w)
+
+
+def summary_of(docstring: str | None) -> str | None:
+    """First paragraph of a docstring, one line, at most 200 characters."""
+    if not docstring:
+        return None
+    paragraph = docstring.strip().split("\n\n")[0]
+    line = " ".join(paragraph.split())
+    if len(line) < 8 or len(line) > 200:
+        return None
+    return line
+
+
+def leading_comment(lines: list[str], lineno: int) -> str | None:
+    """The block of '#' comment lines right above line `lineno` (1-based), joined."""
+    comments: list[str] = []
+    index = lineno - 2
+    while index >= 0 and lines[index].strip().startswith("#"):
+        comments.insert(0, lines[index].strip().lstrip("#").strip())
+        index -= 1
+    text = " ".join(c for c in comments if c)
+    return text if 8 <= len(text) <= 200 else None
+
+
+def prompt_for(kind: str, name: str, docstring: str | None, comment: str | None, salt: str) -> str:
+    """A request in the style users type: the docstring summary, or kind + name words."""
+    described = summary_of(docstring) or comment
+    named = f"{'class' if kind == 'class' else 'a function'} {words_of(name)}"
+    if described is None:
+        return named
+    # A stable coin flip: half the documented units also learn the name-based phrasing.
+    flip = int(hashlib.sha1(salt.encode()).hexdigest(), 16) % 4
+    return described if flip else f"{named}: {described}"
+
+
+def units_of(source: str, origin: str) -> Iterator[Unit]:
+    """Cut one Python file into units: the module, then every class and function in it."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return
+    lines = source.splitlines()
+    module_doc = summary_of(ast.get_docstring(tree))
+    if module_doc:
+        yield Unit(module_doc, source.strip() + "\n", "module", f"{origin}:1")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        segment = "\n".join(lines[first - 1 : node.end_lineno])
+        code = textwrap.dedent(segment).strip() + "\n"
+        kind = "class" if isinstance(node, ast.ClassDef) else "function"
+        comment = leading_comment(lines, first)
+        prompt = prompt_for(kind, node.name, ast.get_docstring(node), comment, f"{origin}:{first}")
+        yield Unit(prompt, code, kind, f"{origin}:{first}")
+
+
+def read_source(path: Path) -> str | None:
+    """The file's text, or None if it is too large, binary or not UTF-8."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            return None
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def iter_units(split: Split, include_packages: bool = True) -> Iterator[Unit]:
+    """De-duplicated units of every source file in `split`."""
+    seen: set[str] = set()
+    for src in find_sources(include_packages):
+        if src.split != split:
+            continue
+        text = read_source(src.path)
+        if text is None:
+            continue
+        for unit in units_of(text, f"{src.package}:{src.path.name}"):
+            key = normalized_hash(unit.code)
+            if key not in seen:
+                seen.add(key)
+                yield unit

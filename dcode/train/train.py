@@ -1,0 +1,278 @@
+"""Training for dcode-tiny: autoregressive pretraining, then block-diffusion adaptation.
+
+Owns: the model size, both losses, the resumable checkpoint (model, EMA, optimizer, counters),
+the log of tokens seen and validation loss, and exporting the EMA weights as a model folder that
+dcode.models loads like any other Qwen2-layer checkpoint. Knows nothing about sampling or the CLI.
+
+Phases (BD3-LM, Arriola et al. 2025; Fast-dLLM v2 adapts an AR model the same way):
+  1) "ar": next-token loss on packed prompt->code examples with a causal mask.
+  2) "bd": block-diffusion loss. Each example's answer is split into blocks of `block` tokens at
+     absolute positions; inside each block tokens are masked with probability t ~ U[t_min, 1];
+     the noisy copy and the clean copy run side by side in one forward (2T tokens) so every
+     noisy block sees its own noisy block plus the clean earlier blocks. Logits are shifted:
+     the token at position j is predicted from the hidden state at j-1 (the clean copy's when
+     j-1 lies in the previous block), so the autoregressive head keeps its job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tokenizers import Tokenizer
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from dcode.train.data import Batcher, Examples
+from dcode.train.tokenizer import EOS, MASK, PAD
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    hidden: int = 256  # model width; ~7.5M parameters with the settings below
+    layers: int = 6  # transformer layers
+    heads: int = 8  # attention heads (head dim 32)
+    ffn: int = 704  # SwiGLU inner width (~2.75x hidden)
+    block: int = 16  # attention block size of the finished model (BD3-LM uses 4-16)
+    context: int = 256  # AR phase row length
+    batch: int = 16  # rows per step
+    canvases: tuple[int, ...] = (64, 128, 256)  # BD phase answer lengths, one per step in turn
+    ar_tokens: int = 12_000_000  # tokens of AR pretraining before switching to BD
+    lr: float = 2e-3  # peak AdamW learning rate (constant after warm-up; the EMA smooths it)
+    bd_lr: float = 1e-3  # learning rate in the BD phase
+    warmup: int = 200  # linear warm-up steps
+    weight_decay: float = 0.1
+    ema: float = 0.998  # decay of the exported weight average
+    t_min: float = 0.1  # lowest masking rate in the BD phase
+    eval_every: int = 200  # steps between validation losses and checkpoints
+    seed: int = 0
+
+
+def model_config(cfg: TrainConfig, vocab: int, ids: dict[str, int]) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=cfg.hidden,
+        intermediate_size=cfg.ffn,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        num_key_value_heads=cfg.heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        pad_token_id=ids[PAD],
+        eos_token_id=ids[EOS],
+        bos_token_id=None,
+    )
+
+
+def ar_loss(model: Qwen2ForCausalLM, ids: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of (B, T) rows under a causal mask."""
+    hidden = model.model(input_ids=ids).last_hidden_state  # (B, T, D)
+    logits = model.lm_head(hidden[:, :-1])  # (B, T-1, V)
+    return F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+
+
+def two_copy_mask(length: int, block: int) -> torch.Tensor:
+    """(1, 1, 2T, 2T) bool for [noisy copy, clean copy] (BD3-LM's vectorized training mask).
+
+    noisy block b sees noisy block b and clean blocks < b; clean block b sees clean blocks <= b.
+    """
+    b = torch.arange(length) // block  # (T,)
+    same = b[:, None] == b[None, :]
+    earlier = b[None, :] < b[:, None]
+    upto = b[None, :] <= b[:, None]
+    none = torch.zeros(length, length, dtype=torch.bool)
+    top = torch.cat([same, earlier], dim=1)
+    bottom = torch.cat([none, upto], dim=1)
+    return torch.cat([top, bottom], dim=0)[None, None]
+
+
+def noise(
+    ids: torch.Tensor, answer: torch.Tensor, block: int, t_min: float, gen: torch.Generator
+) -> torch.Tensor:
+    """(B, T) bool of masked positions: in each answer block, each token with probability t."""
+    rows, length = ids.shape
+    blocks = math.ceil(length / block)
+    t = t_min + (1 - t_min) * torch.rand(rows, blocks, generator=gen)  # (B, nblocks)
+    rate = t.repeat_interleave(block, dim=1)[:, :length]  # (B, T)
+    masked = answer & (torch.rand(rows, length, generator=gen) < rate)
+    first = answer.float().argmax(dim=1)  # every row learns something
+    masked[torch.arange(rows), first] |= ~masked.any(dim=1)
+    return masked
+
+
+def bd_loss(
+    model: Qwen2ForCausalLM,
+    ids: torch.Tensor,
+    masked: torch.Tensor,
+    mask_id: int,
+    block: int,
+) -> torch.Tensor:
+    """Mean cross-entropy on masked positions, noisy and clean copies in one forward."""
+    rows, length = ids.shape
+    noisy = torch.where(masked, mask_id, ids)
+    x = torch.cat([noisy, ids], dim=1)  # (B, 2T)
+    positions = torch.arange(length).repeat(2)[None].expand(rows, -1)  # (B, 2T)
+    attention = two_copy_mask(length, block).expand(rows, -1, -1, -1)
+    hidden = model.model(input_ids=x, attention_mask=attention, position_ids=positions)
+    hidden = hidden.last_hidden_state  # (B, 2T, D)
+    row, col = masked.nonzero(as_tuple=True)  # targets at (row, col), col >= 1
+    source = col - 1
+    crosses = (source // block) != (col // block)  # previous position in the clean earlier block
+    source = torch.where(crosses, source + length, source)
+    logits = model.lm_head(hidden[row, source])  # (M, V)
+    return F.cross_entropy(logits.float(), ids[row, col])
+
+
+class Trainer:
+    """Resumable training state in `run/` (checkpoint.pt, log.jsonl)."""
+
+    def __init__(self, data: Path, run: Path, cfg: TrainConfig) -> None:
+        self.run, self.data, self.cfg = run, data, cfg
+        self.tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
+        self.ids = {t: self.tokenizer.token_to_id(t) for t in (PAD, EOS, MASK)}
+        self.train = Batcher(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
+        self.valid = Examples.load(data / "valid.npz")
+        torch.manual_seed(cfg.seed)
+        self.model = Qwen2ForCausalLM(
+            model_config(cfg, self.tokenizer.get_vocab_size(), self.ids)
+        ).float()
+        self.model.config._attn_implementation = "sdpa"
+        self.ema = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
+        )
+        self.step, self.tokens, self.seconds = 0, 0, 0.0
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        checkpoint = run / "checkpoint.pt"
+        if checkpoint.exists():
+            state = torch.load(checkpoint, weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.ema = state["ema"]
+            self.opt.load_state_dict(state["opt"])
+            self.step, self.tokens, self.seconds = state["step"], state["tokens"], state["seconds"]
+            self.gen.set_state(state["gen"])
+            self.train.rng.bit_generator.state = state["rng"]
+
+    @property
+    def phase(self) -> str:
+        return "ar" if self.tokens < self.cfg.ar_tokens else "bd"
+
+    def learning_rate(self) -> float:
+        peak = self.cfg.lr if self.phase == "ar" else self.cfg.bd_lr
+        return peak * min(1.0, (self.step + 1) / self.cfg.warmup)
+
+    def one_step(self) -> float:
+        cfg = self.cfg
+        for group in self.opt.param_groups:
+            group["lr"] = self.learning_rate()
+        if self.phase == "ar":
+            ids = self.train.packed(cfg.batch, cfg.context)
+            loss = ar_loss(self.model, ids)
+        else:
+            canvas = cfg.canvases[self.step % len(cfg.canvases)]
+            # Same token budget per step: short canvases get proportionally more rows.
+            rows = max(1, cfg.batch * cfg.context // (canvas + 32))
+            ids, answer = self.train.canvases(rows, canvas)
+            masked = noise(ids, answer, cfg.block, cfg.t_min, self.gen)
+            loss = bd_loss(self.model, ids, masked, self.ids[MASK], cfg.block)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        with torch.no_grad():
+            for k, v in self.model.state_dict().items():
+                self.ema[k].lerp_(v, 1 - cfg.ema)
+        self.step += 1
+        self.tokens += ids.numel()
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def validate(self, rows: int = 96) -> dict[str, float]:
+        """AR and BD losses of the EMA weights on a fixed slice of the validation split."""
+        live = {k: v.clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.ema)
+        self.model.eval()
+        batcher = Batcher(self.valid, self.tokenizer, seed=1234)
+        gen = torch.Generator().manual_seed(1234)
+        ar, bd = [], []
+        for _ in range(rows // 16):
+            ar.append(float(ar_loss(self.model, batcher.packed(16, self.cfg.context))))
+            ids, answer = batcher.canvases(16, 128)
+            masked = noise(ids, answer, self.cfg.block, self.cfg.t_min, gen)
+            bd.append(float(bd_loss(self.model, ids, masked, self.ids[MASK], self.cfg.block)))
+        self.model.load_state_dict(live)
+        self.model.train()
+        return {"valid_ar": sum(ar) / len(ar), "valid_bd": sum(bd) / len(bd)}
+
+    def save(self) -> None:
+        self.run.mkdir(parents=True, exist_ok=True)
+        state = {
+            "model": self.model.state_dict(),
+            "ema": self.ema,
+            "opt": self.opt.state_dict(),
+            "step": self.step,
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+            "gen": self.gen.get_state(),
+            "rng": self.train.rng.bit_generator.state,
+            "config": asdict(self.cfg),
+        }
+        torch.save(state, self.run / "checkpoint.tmp")
+        (self.run / "checkpoint.tmp").replace(self.run / "checkpoint.pt")
+
+    def log(self, record: dict[str, float | int | str]) -> None:
+        with (self.run / "log.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
+    def fit(self, minutes: float) -> None:
+        """Train for `minutes` of wall time, validating and checkpointing every eval_every steps."""
+        self.run.mkdir(parents=True, exist_ok=True)
+        self.model.train()
+        deadline = time.monotonic() + minutes * 60
+        losses: list[float] = []
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            losses.append(self.one_step())
+            self.seconds += time.monotonic() - began
+            if self.step % self.cfg.eval_every == 0:
+                record = {
+                    "step": self.step,
+                    "tokens": self.tokens,
+                    "phase": self.phase,
+                    "train_loss": sum(losses) / len(losses),
+                    "seconds": round(self.seconds),
+                    **self.validate(),
+                }
+                self.log(record)
+                self.save()
+                losses = []
+        self.save()
+
+    def export(self, folder: Path) -> None:
+        """Write the EMA weights as a loadable model folder (config, safetensors, tokenizer)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {
+            k: v.detach().clone().contiguous()
+            for k, v in self.ema.items()
+            if k != "lm_head.weight"  # tied to the embedding
+        }
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        config = self.model.config.to_dict()
+        config.update(
+            architectures=["Qwen2ForCausalLM"],
+            block_size=self.cfg.block,
+            mask_token_id=self.ids[MASK],
+            shifted_logits=True,
+            dcode_training={"steps": self.step, "tokens_seen": self.tokens},
+        )
+        (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(self.data / "tokenizer" / name, folder / name)
