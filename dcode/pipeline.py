@@ -59,9 +59,7 @@ def template(name: str) -> str:
 
 def prompt_ids(model: Denoiser, request: str, language: str) -> list[int]:
     """The request in the model's prompt template and chat template, as token ids."""
-    config = getattr(getattr(model, "model", None), "config", None)
-    name = getattr(config, "dcode_prompt", None) or "new"
-    text = template(name).format(request=request.strip(), language=language).strip()
+    text = template(model.facts.prompt).format(request=request.strip(), language=language).strip()
     tokenizer = model.tokenizer
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(

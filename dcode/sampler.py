@@ -258,6 +258,6 @@ def _holds_end(tokens: torch.Tensor, eos_ids: frozenset[int]) -> bool:
 def final(steps: Iterator[Step]) -> Step | None:
     """Drain the generator; the last step holds the finished canvas (None if nothing was masked)."""
     last = None
-    for last in steps:
-        pass
+    for step in steps:
+        last = step
     return last

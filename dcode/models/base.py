@@ -29,6 +29,7 @@ class ModelFacts:
     block: int | None  # block-causal attention block size; None = full attention
     max_length: int  # longest canvas (prompt + answer) the model's positions allow
     vocab_size: int
+    prompt: str = "new"  # prompt template in dcode/prompts ("new-bare" for models trained on bare requests)
 
 
 class Cache(Protocol):

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from transformers import AutoTokenizer, DynamicCache, Qwen2Config, Qwen2ForCausalLM
+from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
 
@@ -109,6 +110,8 @@ def block_of(config: dict[str, Any]) -> int | None:
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str) -> Qwen2Denoiser:
     """Load a local Qwen2-layer checkpoint folder (safetensors only) as a denoiser."""
+    transformers_logging.disable_progress_bar()  # stderr is for dcode's own progress
+    transformers_logging.set_verbosity_error()
     config = read_config(folder)
     if not any(folder.glob("*.safetensors")):
         raise ModelError(f"{folder} has no .safetensors weights (pickle weights are not loaded)")
@@ -116,9 +119,7 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str) -> Q
     mask_id = config.get("mask_token_id", tokenizer.mask_token_id)
     if mask_id is None:
         raise ModelError(f"{folder}: neither config.json nor the tokenizer names a mask token")
-    model = Qwen2ForCausalLM.from_pretrained(
-        str(folder), dtype=dtype, attn_implementation="sdpa", use_safetensors=True
-    )
+    model = Qwen2ForCausalLM.from_pretrained(str(folder), dtype=dtype, attn_implementation="sdpa", use_safetensors=True)
     model.to(device).eval()
     eos = config.get("eos_token_id", tokenizer.eos_token_id)
     eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
@@ -132,5 +133,6 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str) -> Q
         block=block_of(config),
         max_length=int(config.get("max_position_embeddings", 2048)),
         vocab_size=int(config["vocab_size"]),
+        prompt=str(config.get("dcode_prompt", "new")),
     )
     return Qwen2Denoiser(model, tokenizer, facts)

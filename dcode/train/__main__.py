@@ -1,8 +1,8 @@
 """`python -m dcode.train`: build the data, train (resumable), export dcode-tiny.
 
-  python -m dcode.train data                 # corpus -> .train/data (tokenizer + arrays)
-  python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
-  python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
+python -m dcode.train data                 # corpus -> .train/data (tokenizer + arrays)
+python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
+python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
 """
 
 from __future__ import annotations

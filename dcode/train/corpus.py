@@ -76,9 +76,7 @@ def find_sources(include_packages: bool = True) -> Iterator[Source]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(stdlib.rglob("*.py")):
         relative = path.relative_to(stdlib)
-        if relative.parts[0] in ("site-packages", "dist-packages") or relative.parts[0].startswith(
-            "idlelib"
-        ):
+        if relative.parts[0] in ("site-packages", "dist-packages") or relative.parts[0].startswith("idlelib"):
             continue
         yield Source(path, "stdlib", "PSF-2.0", split_of(f"stdlib/{relative}"))
     if not include_packages:

@@ -104,9 +104,7 @@ class Batcher:
 
     def sequence(self, i: int) -> tuple[np.ndarray, int]:
         """<|prompt|> prompt <|code|> code <|eos|>, and where the code starts."""
-        head = np.concatenate(
-            [[self.ids[PROMPT]], self.examples.prompt(i), [self.ids[CODE]]]
-        ).astype(np.int64)
+        head = np.concatenate([[self.ids[PROMPT]], self.examples.prompt(i), [self.ids[CODE]]]).astype(np.int64)
         return np.concatenate([head, self.examples.code(i)]), len(head)
 
     def packed(self, batch: int, context: int) -> torch.Tensor:

@@ -93,9 +93,7 @@ def two_copy_mask(length: int, block: int) -> torch.Tensor:
     return torch.cat([top, bottom], dim=0)[None, None]
 
 
-def noise(
-    ids: torch.Tensor, answer: torch.Tensor, block: int, t_min: float, gen: torch.Generator
-) -> torch.Tensor:
+def noise(ids: torch.Tensor, answer: torch.Tensor, block: int, t_min: float, gen: torch.Generator) -> torch.Tensor:
     """(B, T) bool of masked positions: in each answer block, each token with probability t."""
     rows, length = ids.shape
     blocks = math.ceil(length / block)
@@ -140,9 +138,7 @@ class Trainer:
         self.train = Batcher(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
         self.valid = Examples.load(data / "valid.npz")
         torch.manual_seed(cfg.seed)
-        self.model = Qwen2ForCausalLM(
-            model_config(cfg, self.tokenizer.get_vocab_size(), self.ids)
-        ).float()
+        self.model = Qwen2ForCausalLM(model_config(cfg, self.tokenizer.get_vocab_size(), self.ids)).float()
         self.model.config._attn_implementation = "sdpa"
         self.ema = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.opt = torch.optim.AdamW(
@@ -271,6 +267,7 @@ class Trainer:
             block_size=self.cfg.block,
             mask_token_id=self.ids[MASK],
             shifted_logits=True,
+            dcode_prompt="new-bare",
             dcode_training={"steps": self.step, "tokens_seen": self.tokens},
         )
         (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")

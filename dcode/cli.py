@@ -1,0 +1,272 @@
+"""Typer commands: the only place that reads argv, the environment and stdin, and picks exit codes.
+
+Exit codes: 0 ok, 1 runtime error, 2 usage error (bad input), 3 syntax errors remain, 130
+interrupted. The answer goes to stdout; progress goes to stderr, and only to a terminal.
+Heavy imports (torch, transformers) happen inside the commands that need a model.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import click
+import typer
+
+from dcode.config import ORDERINGS, RULES, SamplerConfig
+
+if TYPE_CHECKING:
+    from dcode.models import Denoiser
+
+OK, RUNTIME, USAGE, SYNTAX, INTERRUPTED = 0, 1, 2, 3, 130
+DEFAULT_LENGTH = 256  # answer tokens when neither --length nor DCODE_LENGTH is given
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click errors: no boxes, no escape codes in captured stderr
+    help="Generate whole files with a local diffusion code model.",
+)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """One line on stderr, then exit with `code`."""
+    typer.echo(f"dcode: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def read_prompt(prompt: str | None) -> str:
+    """The prompt from the argument, or from stdin when the argument is '-' or absent and piped."""
+    stdin = click.get_text_stream("stdin")
+    if prompt is not None and prompt != "-":
+        text = prompt
+    elif prompt is None and stdin.isatty():
+        fail("no prompt: pass it as an argument, or pipe it on stdin", USAGE)
+    else:
+        raw = click.get_binary_stream("stdin").read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            fail(f"stdin is not UTF-8 text (bad byte at offset {error.start})", USAGE)
+    if not text.strip():
+        fail("the prompt is empty", USAGE)
+    return text
+
+
+def language_for(explicit: str | None, output: Path | None) -> str:
+    """--lang, else the -o suffix, else python."""
+    from dcode import syntax
+
+    try:
+        found = syntax.detect_language(str(output) if output else None, None, explicit)
+    except syntax.UnknownLanguage as error:
+        fail(str(error), USAGE)
+    return found or "python"
+
+
+def pick_device(name: str) -> tuple[object, object]:
+    """(torch.device, dtype) for --device; a requested device that is absent is an error."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is available", USAGE)
+    if name == "mps" and not torch.backends.mps.is_available():
+        fail("--device mps: no Apple GPU is available", USAGE)
+    if name not in ("cpu", "cuda", "mps"):
+        fail(f"unknown --device {name!r} (choose from auto, cpu, cuda, mps)", USAGE)
+    dtype = torch.bfloat16 if name == "cuda" else torch.float32
+    return torch.device(name), dtype
+
+
+def load_model(spec: str | None, device: str) -> Denoiser:
+    from dcode.models import ModelError, load
+
+    where, dtype = pick_device(device)
+    try:
+        return load(spec, where, dtype)  # type: ignore[arg-type]
+    except ModelError as error:
+        fail(str(error), USAGE)
+    except OSError as error:
+        fail(f"cannot load model {spec or 'dcode-tiny'}: {error}", RUNTIME)
+
+
+def show_progress(quiet: bool, live: bool | None) -> bool:
+    """Progress drawing only on a terminal's stderr, and never with -q, NO_COLOR? (colour only),
+    TERM=dumb or --no-live."""
+    if quiet or live is False or os.environ.get("TERM") == "dumb":
+        return False
+    return sys.stderr.isatty()
+
+
+def summary_line(metadata: dict[str, float | int], model: str) -> str:
+    return (
+        f"dcode: {metadata['tokens']} tokens in {metadata['forward_passes']} passes "
+        f"({metadata['tokens_per_forward']} tok/pass), {metadata['seconds']:.2f} s, "
+        f"{metadata['tokens_per_second']} tok/s, {model}"
+    )
+
+
+@app.command()
+def new(
+    prompt: Annotated[str | None, typer.Argument(help="What to write; '-' or omit to read stdin.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the code to this file (atomically).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
+    lang: Annotated[
+        str | None,
+        typer.Option("--lang", envvar="DCODE_LANG", help="Language (default: -o suffix, else python)."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", envvar="DCODE_MODEL", help="Model folder (default: embedded dcode-tiny)."),
+    ] = None,
+    device: Annotated[str, typer.Option("--device", envvar="DCODE_DEVICE", help="auto, cpu, cuda or mps.")] = "auto",
+    length: Annotated[
+        int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")
+    ] = DEFAULT_LENGTH,
+    strategy: Annotated[
+        str, typer.Option("--strategy", envvar="DCODE_STRATEGY", help=f"Commit rule: {', '.join(RULES)}.")
+    ] = "threshold",
+    order: Annotated[
+        str, typer.Option("--order", envvar="DCODE_ORDER", help=f"Ordering: {', '.join(ORDERINGS)}.")
+    ] = "confidence",
+    steps: Annotated[
+        int | None, typer.Option("--steps", envvar="DCODE_STEPS", help="Passes for the schedule rule.")
+    ] = None,
+    threshold: Annotated[float, typer.Option("--threshold", envvar="DCODE_THRESHOLD")] = 0.9,
+    entropy_bound: Annotated[float, typer.Option("--entropy-bound", envvar="DCODE_ENTROPY_BOUND")] = 0.1,
+    block: Annotated[
+        int | None,
+        typer.Option("--block", envvar="DCODE_BLOCK", help="Semi-AR block for full-attention models."),
+    ] = None,
+    temperature: Annotated[float, typer.Option("--temperature", envvar="DCODE_TEMPERATURE")] = 0.0,
+    top_p: Annotated[float, typer.Option("--top-p", envvar="DCODE_TOP_P")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")] = 0,
+    cache: Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")] = True,
+    as_json: Annotated[
+        bool, typer.Option("--json", envvar="DCODE_JSON", help="Print code and metadata as JSON.")
+    ] = False,
+    live: Annotated[bool | None, typer.Option("--live/--no-live", envvar="DCODE_LIVE")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
+) -> None:
+    """Write a new file from a request."""
+    from dcode.files import FileProblem, atomic_write, check_writable
+
+    # 1) validate everything that needs no model, so bad input costs nothing
+    text = read_prompt(prompt)
+    try:
+        config = SamplerConfig(
+            ordering=order,  # type: ignore[arg-type]
+            rule=strategy,  # type: ignore[arg-type]
+            steps=steps,
+            threshold=threshold,
+            entropy_bound=entropy_bound,
+            block=block,
+            temperature=temperature,
+            top_p=top_p,
+            cache=cache,
+            seed=seed,
+        )
+    except ValueError as error:
+        fail(str(error), USAGE)
+    if length < 1:
+        fail("--length must be at least 1 token", USAGE)
+    if output is not None:
+        try:
+            check_writable(output, force)
+        except FileProblem as error:
+            fail(str(error), USAGE)
+    language = language_for(lang, output)
+
+    # 2) load and generate
+    from dcode import pipeline
+
+    try:
+        denoiser = load_model(model, device)
+        finished = None
+        with progress_view(show_progress(quiet, live)) as view:
+            for event in pipeline.new(denoiser, text, language, length, config):
+                if isinstance(event, pipeline.Finished):
+                    finished = event
+                else:
+                    view(event)
+    except typer.Exit:
+        raise
+    except pipeline.InputError as error:
+        fail(str(error), USAGE)
+    except KeyboardInterrupt:
+        typer.echo("dcode: interrupted", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+    except (RuntimeError, MemoryError) as error:
+        fail(
+            f"generation failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+            RUNTIME,
+        )
+    assert finished is not None
+
+    # 3) deliver: the file, then stdout
+    name = denoiser.facts.name
+    metadata = finished.metadata()
+    if output is not None:
+        try:
+            atomic_write(output, finished.code)
+        except OSError as error:
+            fail(f"cannot write {output}: {error.strerror}", RUNTIME)
+    if as_json:
+        extra = {"model": name, "language": language, "path": str(output) if output else None}
+        typer.echo(pipeline.report_json(finished, extra))
+    elif output is None:
+        sys.stdout.write(finished.code)
+        sys.stdout.flush()
+    if not quiet:
+        typer.echo(summary_line(metadata, name), err=True)
+
+
+class progress_view:
+    """A Rich status line on a terminal's stderr while sampling; nothing otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.status = None
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if self.enabled:
+            from rich.console import Console
+
+            self.status = Console(stderr=True).status("drafting…")
+            self.status.__enter__()
+        return self
+
+    def __call__(self, step) -> None:  # type: ignore[no-untyped-def]
+        if self.status is not None:
+            self.status.update(f"pass {step.forward} · {step.masked} masked left")
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        if self.status is not None:
+            self.status.__exit__(*exc)
+
+
+@app.command(hidden=True)
+def version() -> None:
+    """Print the version."""
+    from importlib.metadata import version as installed
+
+    typer.echo(installed("dcode"))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("dcode: interrupted", err=True)
+        sys.exit(INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

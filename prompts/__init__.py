@@ -1,0 +1,1 @@
+"""Prompt templates (this folder ships inside the wheel as dcode.prompts)."""

@@ -1,0 +1,198 @@
+"""Shared test parts: a deterministic fake denoiser and a tiny random-weight Qwen2 checkpoint
+written in the real on-disk format, so tests drive the real sampler and the real loader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dcode.models.base import ModelFacts
+
+CONTEXT_BUCKETS = 97  # how many distinct context summaries the fake tells apart
+
+
+class FakeDenoiser:
+    """A test fake satisfying dcode.models.base.Denoiser.
+
+    logits(i) = scale * (T[ids[i]] + P[i] + C[sum of the ids position i can see % 97]), from
+    fixed random tables, so they depend on the token, its position and its context. "Can see"
+    follows the attention: every position under full attention, earlier blocks and its own block
+    under block-causal attention (so committing a token changes later blocks' logits, never
+    earlier ones'). `suppress` tokens are never predicted (a trained model never predicts the
+    mask); `force` maps canvas positions to a token the fake is certain of there (even a
+    suppressed one).
+    Counts forward passes and the tokens fed to them. No cache: new_cache() returns None.
+    """
+
+    tokenizer = None
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int = 50,
+        mask_id: int = 49,
+        eos_ids: frozenset[int] = frozenset({1}),
+        pad_id: int = 0,
+        shifted: bool = False,
+        block: int | None = None,
+        max_length: int = 128,
+        scale: float = 1.5,
+        seed: int = 0,
+        suppress: frozenset[int] | None = None,
+        force: dict[int, int] | None = None,
+    ) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.token_table = torch.randn(vocab_size, vocab_size, generator=gen)  # (V, V)
+        self.position_table = torch.randn(max_length, vocab_size, generator=gen)  # (max_length, V)
+        self.context_table = torch.randn(CONTEXT_BUCKETS, vocab_size, generator=gen)  # (97, V)
+        self.scale = scale
+        self.suppress = frozenset({mask_id}) if suppress is None else suppress
+        self.force = dict(force or {})
+        self.facts = ModelFacts(
+            name="fake",
+            family="fake",
+            mask_id=mask_id,
+            eos_ids=eos_ids,
+            pad_id=pad_id,
+            shifted=shifted,
+            block=block,
+            max_length=max_length,
+            vocab_size=vocab_size,
+        )
+        self.forwards = 0
+        self.input_tokens = 0
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, L) at canvas positions [0, L) -> logits (B, L, V); not counted as a pass."""
+        length = ids.shape[1]
+        pos = torch.arange(length)
+        if self.facts.block is None:
+            sees = torch.ones(length, length, dtype=torch.long)  # (L, L)
+        else:
+            sees = ((pos[None, :] // self.facts.block) <= (pos[:, None] // self.facts.block)).long()
+        context = ids.long() @ sees.T  # (B, L): sum of the ids each position sees
+        out = self.token_table[ids] + self.position_table[:length] + self.context_table[context % CONTEXT_BUCKETS]
+        out = self.scale * out  # (B, L, V)
+        forced = torch.zeros(length, self.facts.vocab_size, dtype=torch.bool)  # (L, V)
+        for position, token in self.force.items():
+            row = position - 1 if self.facts.shifted else position  # shifted: row i-1 predicts i
+            if 0 <= row < length:
+                out[:, row, token] += 40.0
+                forced[row, token] = True
+        for token in self.suppress:  # forcing wins over suppression
+            out[..., token] = out[..., token].masked_fill(~forced[:, token], float("-inf"))
+        return out
+
+    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        assert cache is None, "the fake makes no cache, so the sampler must not pass one"
+        self.forwards += 1
+        self.input_tokens += ids.numel()
+        return self.logits(ids)
+
+    def new_cache(self) -> None:
+        return None
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny random-weight Qwen2 checkpoint in the format dcode.models.load() reads.
+
+
+def python_lines(count: int = 300) -> list[str]:
+    """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
+    names = ["total", "items", "value", "result", "index", "count", "name", "data", "text", "node"]
+    lines: list[str] = []
+    for i in range(count):
+        a, b = names[i % len(names)], names[(i * 7 + 3) % len(names)]
+        lines += [
+            f"def {a}_{i}({b}, limit={i % 17}):",
+            f'    """Return the {a} of {b}."""',
+            f"    for {a} in range({b} + {i}):",
+            f"        if {a} % {i % 5 + 2} == 0:",
+            f"            {b}.append({a} * {i})",
+            f"    return {{'{a}': {b}, 'n': len({b})}}",
+            "",
+        ]
+    return lines
+
+
+def write_tiny_checkpoint(folder: Path, *, block: int | None, shifted: bool = True, seed: int = 0) -> None:
+    """Write config.json, model.safetensors and tokenizer files of a tiny random Qwen2 (GQA)."""
+    from safetensors.torch import save_file
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from dcode.train.tokenizer import EOS, MASK, PAD, save_tokenizer, train_tokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(python_lines(), vocab_size=300)
+    save_tokenizer(tokenizer, folder)
+    pad_id, eos_id, mask_id = (tokenizer.token_to_id(t) for t in (PAD, EOS, MASK))
+
+    config = Qwen2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention: two query heads per key/value head
+        max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},  # not the default 10000
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    # Random weights large enough that attention is far from uniform and every bias and norm
+    # weight matters (transformers' init sets biases to 0 and norms to 1, which would hide bugs).
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if "norm" in name:
+                param.copy_(1.0 + 0.2 * noise)
+            elif name.endswith("bias"):
+                param.copy_(0.3 * noise)
+            elif "embed_tokens" in name:
+                param.copy_(noise)
+            else:
+                param.copy_(0.25 * noise)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
+    save_file(state, str(folder / "model.safetensors"))
+
+    data = config.to_dict()
+    data.update(
+        model_type="qwen2",
+        architectures=["Qwen2ForCausalLM"],
+        mask_token_id=mask_id,
+        shifted_logits=shifted,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        max_position_embeddings=512,
+    )
+    if block is not None:
+        data["block_size"] = block
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A block-causal (block 4) tiny checkpoint with shifted logits."""
+    folder = tmp_path_factory.mktemp("tiny-block4")
+    write_tiny_checkpoint(folder, block=4)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_full_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A full-attention tiny checkpoint (no block_size in config.json)."""
+    folder = tmp_path_factory.mktemp("tiny-full")
+    write_tiny_checkpoint(folder, block=None, seed=1)
+    return folder
