@@ -43,7 +43,9 @@ RULE_SETTINGS = {
 
 def make_fake(layout: str, **kwargs) -> FakeDenoiser:
     block, _, shifted, _ = LAYOUTS[layout]
-    return FakeDenoiser(vocab_size=V, mask_id=MASK, eos_ids=frozenset({EOS}), pad_id=PAD, block=block, shifted=shifted, **kwargs)
+    return FakeDenoiser(
+        vocab_size=V, mask_id=MASK, eos_ids=frozenset({EOS}), pad_id=PAD, block=block, shifted=shifted, **kwargs
+    )
 
 
 def answer_canvas(start: int = START, length: int = LENGTH) -> torch.Tensor:

@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=EMBEDDED)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--ar-tokens", type=int, default=None, help="switch to block diffusion after this many tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     args = parser.parse_args()
 
@@ -33,9 +34,14 @@ def main() -> None:
 
         build(args.data, args.vocab)
         return
+    from dataclasses import replace
+
     from dcode.train.train import TrainConfig, Trainer
 
-    trainer = Trainer(args.data, args.run, TrainConfig())
+    config = TrainConfig()
+    if args.ar_tokens is not None:
+        config = replace(config, ar_tokens=args.ar_tokens)
+    trainer = Trainer(args.data, args.run, config)
     if args.command == "fit":
         trainer.fit(args.minutes)
     else:
