@@ -252,6 +252,45 @@ class progress_view:
             self.status.__exit__(*exc)
 
 
+@app.command()
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Files to check.")],
+    lang: Annotated[str | None, typer.Option("--lang", envvar="DCODE_LANG", help="Language for every file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print issues as JSON.")] = False,
+) -> None:
+    """Check files for syntax errors (no model is loaded). Exit 0 clean, 3 errors, 2 unreadable."""
+    import json
+
+    from dcode import syntax
+    from dcode.files import FileProblem, read_source
+
+    unreadable = found = False
+    report: list[dict[str, object]] = []
+    for path in files:
+        try:
+            source = read_source(path)
+            language = syntax.detect_language(str(path), source, lang)
+        except FileProblem as error:
+            typer.echo(f"dcode: error: {error}", err=True)
+            unreadable = True
+            continue
+        except syntax.UnknownLanguage as error:
+            fail(str(error), USAGE)
+        if language is None:
+            typer.echo(f"dcode: {path}: unknown language, not checked (use --lang)", err=True)
+            continue
+        issues = syntax.find_issues(source, language)
+        found = found or bool(issues)
+        if as_json:
+            report.append({"path": str(path), "language": language, "issues": [vars(i) for i in issues]})
+        else:
+            for issue in issues:
+                typer.echo(syntax.format_issue(str(path), issue))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    raise typer.Exit(USAGE if unreadable else SYNTAX if found else OK)
+
+
 @app.command(hidden=True)
 def version() -> None:
     """Print the version."""

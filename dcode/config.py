@@ -22,7 +22,8 @@ class SamplerConfig:
     # How many positions to commit per pass: a fixed schedule, every position whose chosen-token
     # probability is >= threshold (Fast-dLLM), or the entropy bound (EB-sampler).
     rule: Rule = "threshold"
-    # Forward passes for the whole answer under the fixed schedule; None = one token per pass.
+    # Forward passes for the whole answer under the fixed schedule, shared among blocks in
+    # proportion to their masks (so the total can differ by a pass or two); None = one token per pass.
     steps: int | None = None
     # Fast-dLLM's confidence threshold; 0.9 is the published default.
     threshold: float = 0.9

@@ -53,10 +53,10 @@ def choose_tokens(
     temperature 0 is argmax; otherwise Gumbel-max in float64 (LLaDA: low-precision Gumbel noise
     hurts quality): argmax(l / T + g), g = -log(-log u), which samples softmax(l / T).
     """
-    logits = top_p_filter(logits.double(), top_p)  # (N, V)
+    logits = logits.double()  # (N, V)
     if temperature == 0:
         return logits.argmax(dim=-1), logits.softmax(dim=-1)
-    scaled = logits / temperature
+    scaled = top_p_filter(logits / temperature, top_p)  # temperature first, then nucleus (as HF/Dream)
     u = torch.rand(scaled.shape, generator=gen, dtype=torch.float64).to(scaled.device)
     gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
     return (scaled + gumbel).argmax(dim=-1), scaled.softmax(dim=-1)
@@ -212,7 +212,9 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
 
             # 2) a token and a score for every masked position of the block
             rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of masked positions
-            tokens, probs = choose_tokens(logits[rows], config.temperature, config.top_p, gen)
+            candidates = logits[rows]
+            candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
+            tokens, probs = choose_tokens(candidates, config.temperature, config.top_p, gen)
             scores = score(probs, tokens, gen)
 
             # 3) commit some of them
@@ -238,7 +240,7 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
                 is_masked[rest] = False
             left = int(is_masked[start:].sum())
             yield Step(
-                canvas=canvas.cpu(),
+                canvas=canvas.to("cpu", copy=True),  # a snapshot: the loop keeps writing
                 committed=positions.cpu(),
                 scores=scores[pick].float().cpu(),
                 block=(s, e),

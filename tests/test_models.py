@@ -277,7 +277,6 @@ FALLBACKS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="qwen2.py:119,124,131 null/absent config ids do not fall back to the tokenizer")
 @pytest.mark.parametrize("case", list(FALLBACKS))
 def test_special_ids_fall_back_to_the_tokenizer(case: str, tiny_checkpoint: Path, tmp_path: Path) -> None:
     key, value, fact, tokenizer_attr = FALLBACKS[case]

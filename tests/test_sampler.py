@@ -175,7 +175,7 @@ def check_threshold(model, passes: list[Pass], config: SamplerConfig) -> None:
             candidates = (p.before[s:e] == MASK).nonzero()[:, 0] + s
             top = distributions(model, p.before, candidates, 0).max(-1).values
             sure = set(candidates[top >= tau].tolist())
-            assert set(placed.tolist()) == sure if sure else len(placed) == 1
+            assert (set(placed.tolist()) == sure) if sure else (len(placed) == 1)
     assert any(len(p.step.committed) > 1 for p in passes), "the certain positions go in together"
     check_ranked(model, [p for p in passes if len(p.step.committed) == 1 and not _any_sure(model, p, config)], config)
 
@@ -372,7 +372,6 @@ def test_shifted_logits_need_a_prompt_token() -> None:
         final(denoise(make_fake("block-causal-4-shifted"), answer_canvas(), 0, SamplerConfig()))
 
 
-@pytest.mark.xfail(strict=True, reason="sampler.py:241 Step.canvas=canvas.cpu() aliases the live canvas on CPU")
 def test_steps_are_snapshots_when_collected() -> None:
     """Step is documented as an immutable record; list(denoise()) should keep each pass's canvas."""
     steps = list(denoise(make_fake("one-block"), answer_canvas(), START, SamplerConfig(rule="schedule")))
@@ -380,7 +379,6 @@ def test_steps_are_snapshots_when_collected() -> None:
     assert int((steps[0].canvas == MASK).sum()) == steps[0].masked
 
 
-@pytest.mark.xfail(strict=True, reason="sampler.py:215 the mask token itself can be chosen and committed")
 def test_mask_token_is_never_committed() -> None:
     """A model that favours the mask token somewhere (a random-weight one does) must not leave a
     mask in a canvas the sampler calls done."""

@@ -108,6 +108,14 @@ def block_of(config: dict[str, Any]) -> int | None:
     return None
 
 
+def first_id(*candidates: object) -> int | None:
+    """The first candidate that is an id (0 counts; None and missing keys do not)."""
+    for candidate in candidates:
+        if isinstance(candidate, int) and not isinstance(candidate, bool):
+            return candidate
+    return None
+
+
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str) -> Qwen2Denoiser:
     """Load a local Qwen2-layer checkpoint folder (safetensors only) as a denoiser."""
     transformers_logging.disable_progress_bar()  # stderr is for dcode's own progress
@@ -116,23 +124,26 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str) -> Q
     if not any(folder.glob("*.safetensors")):
         raise ModelError(f"{folder} has no .safetensors weights (pickle weights are not loaded)")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    mask_id = config.get("mask_token_id", tokenizer.mask_token_id)
+    mask_id = first_id(config.get("mask_token_id"), tokenizer.mask_token_id)
     if mask_id is None:
         raise ModelError(f"{folder}: neither config.json nor the tokenizer names a mask token")
     model = Qwen2ForCausalLM.from_pretrained(str(folder), dtype=dtype, attn_implementation="sdpa", use_safetensors=True)
     model.to(device).eval()
-    eos = config.get("eos_token_id", tokenizer.eos_token_id)
-    eos_ids = frozenset(eos if isinstance(eos, list) else [eos])
+    eos = config.get("eos_token_id")
+    eos_ids = frozenset(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None)
+    if not eos_ids and tokenizer.eos_token_id is not None:
+        eos_ids = frozenset({int(tokenizer.eos_token_id)})
+    pad_id = first_id(config.get("pad_token_id"), tokenizer.pad_token_id, *sorted(eos_ids))
     facts = ModelFacts(
         name=name,
         family="qwen2",
-        mask_id=int(mask_id),
-        eos_ids=frozenset(int(e) for e in eos_ids if e is not None),
-        pad_id=int(config.get("pad_token_id", tokenizer.pad_token_id or next(iter(eos_ids)))),
+        mask_id=mask_id,
+        eos_ids=eos_ids,
+        pad_id=pad_id if pad_id is not None else mask_id,
         shifted=bool(config.get("shifted_logits", True)),
         block=block_of(config),
-        max_length=int(config.get("max_position_embeddings", 2048)),
+        max_length=int(config.get("max_position_embeddings") or 2048),
         vocab_size=int(config["vocab_size"]),
-        prompt=str(config.get("dcode_prompt", "new")),
+        prompt=str(config.get("dcode_prompt") or "new"),
     )
     return Qwen2Denoiser(model, tokenizer, facts)
