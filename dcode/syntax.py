@@ -82,7 +82,9 @@ _INTERPRETERS: dict[str, str] = {
 }
 
 # Node types that read as "a statement" in the bundled grammars: where a MISSING token is widened to.
-_STATEMENT = re.compile(r"(statement|declaration|definition|_item|element|rule_set|pair|command)$")
+STATEMENT_TYPES = re.compile(r"(statement|declaration|definition|_item|element|rule_set|pair|command)$")
+# Node types that hold a body of statements: the third repair round re-masks the enclosing one.
+BLOCK_TYPES = re.compile(r"(block|body|compound_statement|declaration_list|do_group|switch_body)$")
 
 
 class UnknownLanguage(ValueError):
@@ -134,7 +136,7 @@ def _shebang_language(command: str) -> str | None:
 
 
 @cache
-def _language(name: str) -> Language:
+def language_of(name: str) -> Language:
     """The tree-sitter Language for a canonical name, importing its grammar wheel on first use."""
     from tree_sitter import Language
 
@@ -167,7 +169,7 @@ def find_issues(source: str, language: str) -> list[Issue]:
     data = source.encode()
     from tree_sitter import Parser
 
-    tree = Parser(_language(name)).parse(data)
+    tree = Parser(language_of(name)).parse(data)
     issues = _tree_issues(data, tree.root_node)
     if name == "python":
         extra = _compile_issue(source, data)
@@ -210,7 +212,7 @@ def _missing_issue(data: bytes, node: Node) -> Issue:
     start, end = (node.start_byte, node.end_byte) if node.end_byte > node.start_byte else (point, point)
     parent = node.parent
     while parent is not None and parent.parent is not None:  # stop below the root: it is the file
-        if _STATEMENT.search(parent.type) and parent.end_byte > parent.start_byte:
+        if STATEMENT_TYPES.search(parent.type) and parent.end_byte > parent.start_byte:
             start, end = parent.start_byte, parent.end_byte
             break
         parent = parent.parent

@@ -1,0 +1,320 @@
+"""The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
+
+Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its lines, the
+enclosing statement, the enclosing block), building the re-masked canvas, and splicing the
+regenerated spans back into the text. Checking is dcode.syntax's job and sampling is
+dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
+Knows nothing about prompt templates, files or the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from dcode.config import SamplerConfig
+from dcode.models.base import Denoiser
+from dcode.sampler import Step, denoise
+from dcode.syntax import (
+    BLOCK_TYPES,
+    STATEMENT_TYPES,
+    Issue,
+    UnknownLanguage,
+    find_issues,
+    language_of,
+    line_span,
+    normalize_language,
+)
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
+
+
+# Round -> (node types it widens to, lines of context added when no such node encloses the span).
+_ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
+
+
+@dataclass(frozen=True)
+class Span:
+    start_byte: int  # [start_byte, end_byte) in the round's input text, snapped to whole tokens
+    end_byte: int
+    tokens: tuple[int, int]  # [first, end) token indices of that text re-masked for this span
+    reason: str  # the issue(s) and how far the round widened them
+
+
+@dataclass(frozen=True)
+class RepairRound:
+    round: int  # 1-based
+    issues: tuple[Issue, ...]  # what the round addressed (kind, line, message, span)
+    spans: tuple[Span, ...]  # what it re-masked, merged, in text order
+    tokens: int  # tokens re-masked
+    masks: int  # masks placed: the re-masked tokens plus room for a longer fix
+    forward: int  # forward passes this round
+    issues_after: int  # issues in the round's result
+    kept: bool  # the result had fewer issues than the best so far and replaced it
+
+
+@dataclass(frozen=True)
+class Repaired:
+    code: str  # the best text seen: never more issues than the input
+    issues_before: int
+    issues_after: int
+    issues: tuple[Issue, ...]  # what is left in code
+    rounds: int  # rounds that ran the sampler
+    spans: int  # spans regenerated, over all rounds
+    tokens: int  # tokens re-masked, over all rounds
+    forward: int  # extra forward passes, over all rounds
+    seconds: float
+    note: str = ""  # why repair stopped early or did not run ("" when it simply finished)
+
+
+Event = Step | RepairRound | Repaired
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokens <-> bytes
+
+
+def byte_offsets(text: str, char_offsets: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Character offsets (as fast tokenizers report them) -> byte offsets into text.encode().
+    Example: byte_offsets("é!", [(0, 1), (1, 2)]) -> [(0, 2), (2, 3)]."""
+    if text.isascii():
+        return [(a, b) for a, b in char_offsets]
+    at = [0, *accumulate(len(c.encode()) for c in text)]  # at[i] = byte offset of character i
+    return [(at[a], at[b]) for a, b in char_offsets]
+
+
+def tokenize(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids of text (no special tokens) and each token's byte span."""
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(encoded["input_ids"]), byte_offsets(text, encoded["offset_mapping"])
+
+
+def tokens_for_span(offsets: Sequence[tuple[int, int]], start_byte: int, end_byte: int) -> list[int]:
+    """Indices of the tokens overlapping [start_byte, end_byte) (an empty span: the token holding it),
+    closed over tokens that share a character: byte-level tokens that split one character all carry
+    that character's span, so the hit tokens decode to exactly the bytes they cover together.
+    Example: " ✓" as [(0, 4), (1, 4), (1, 4)] (space + first byte, then one byte each), span (0, 1) -> [0, 1, 2]."""
+    lo, hi = start_byte, max(end_byte, start_byte + 1)
+    hit = [i for i, (a, b) in enumerate(offsets) if a < hi and b > lo]
+    if not hit:
+        return []
+    first, last = hit[0], hit[-1]
+    lo, hi = min(lo, offsets[first][0]), max(hi, offsets[last][1])
+    while first > 0 and offsets[first - 1][1] > lo:  # an earlier token holds part of the first character
+        first -= 1
+        lo = min(lo, offsets[first][0])
+    while last + 1 < len(offsets) and offsets[last + 1][0] < hi:
+        last += 1
+        hi = max(hi, offsets[last][1])
+    return list(range(first, last + 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Widening: round 1 the issue's lines, round 2 the enclosing statement, round 3 the enclosing block
+
+
+def whole_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
+    """The lines holding [start, end), without the last line's ending."""
+    return line_span(data, start)[0], line_span(data, max(start, end - 1))[1]
+
+
+def with_context(data: bytes, span: tuple[int, int], lines: int) -> tuple[int, int]:
+    """span plus `lines` whole lines before and after it (as far as the text goes)."""
+    start, end = span
+    for _ in range(lines):
+        start = line_span(data, start - 1)[0] if start > 0 else 0
+        nl = data.find(b"\n", end)
+        end = line_span(data, nl + 1)[1] if nl >= 0 else len(data)
+    return start, end
+
+
+def enclosing(node: Node | None, kinds: re.Pattern[str], data: bytes, span: tuple[int, int]) -> Node | None:
+    """The smallest node from `node` up (the file itself excluded) of a type matching kinds whose
+    lines strictly contain span."""
+    while node is not None and node.parent is not None:
+        lines = whole_lines(data, node.start_byte, node.end_byte)
+        if kinds.search(node.type) and lines[0] <= span[0] and lines[1] >= span[1] and lines != span:
+            return node
+        node = node.parent
+    return None
+
+
+def widen(data: bytes, root: Node, issue: Issue, round: int) -> tuple[int, int, str]:
+    """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Each round's span holds
+    the last; where no statement/block encloses it, a line or two of context stand in. Spans stop
+    before the last line's ending, so the line breaks around them are kept as they are."""
+    span = whole_lines(data, issue.start_byte, issue.end_byte)
+    scope = "its lines"
+    anchor = root.descendant_for_byte_range(issue.start_byte, issue.end_byte)
+    for kinds, context in _ROUNDS[: max(0, round - 1)]:
+        found = enclosing(anchor, kinds, data, span)
+        if found is not None:
+            anchor, scope = found, f"enclosing {found.type}"
+            span = whole_lines(data, found.start_byte, found.end_byte)
+        else:
+            span, scope = with_context(data, span, context), f"{context} line(s) of context"
+    first, last = (data.count(b"\n", 0, i) + 1 for i in (span[0], max(span[0], span[1] - 1)))
+    where = f"line {first}" if first == last else f"lines {first}-{last}"
+    return span[0], span[1], f"{issue.message} (line {issue.line}): {where}, {scope}"
+
+
+def snap(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str]]) -> list[Span]:
+    """Snap byte spans to whole tokens and merge those that overlap or touch, in text order."""
+    ranges = []
+    for start, end, reason in spans:
+        hit = tokens_for_span(offsets, start, end)
+        if hit:
+            ranges.append((hit[0], hit[-1] + 1, reason))
+    merged: list[tuple[int, int, list[str]]] = []
+    for first, end, reason in sorted(ranges):
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]), merged[-1][2] + [reason])
+        else:
+            merged.append((first, end, [reason]))
+    # Token offsets run in text order, so a range's bytes run from its first start to its last end.
+    return [Span(offsets[a][0], offsets[b - 1][1], (a, b), "; ".join(dict.fromkeys(why))) for a, b, why in merged]
+
+
+# ---------------------------------------------------------------------------------------------
+# Canvas and splice
+
+
+def room(tokens: int) -> int:
+    """Extra masks after a span, so a fix may be longer than what it replaces: max(2, 25%)."""
+    return max(2, -(-tokens // 4))
+
+
+def remasked_canvas(
+    prompt_ids: Sequence[int], ids: Sequence[int], spans: Sequence[Span], mask_id: int
+) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """prompt + code ids with each span's tokens replaced by masks (plus room). Returns the canvas
+    (L,) and each span's [start, end) canvas positions."""
+    answer: list[int] = []
+    regions = []
+    kept = 0
+    for span in spans:
+        first, end = span.tokens
+        answer += ids[kept:first]
+        at = len(prompt_ids) + len(answer)
+        answer += [mask_id] * (end - first + room(end - first))
+        regions.append((at, len(prompt_ids) + len(answer)))
+        kept = end
+    answer += ids[kept:]
+    return torch.tensor([*prompt_ids, *answer], dtype=torch.long), regions
+
+
+def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
+    """data with each span's bytes replaced by its new text; every other byte copied as is."""
+    out, at = [], 0
+    for span, text in zip(spans, texts, strict=True):
+        out += [data[at : span.start_byte], text.encode()]
+        at = span.end_byte
+    out.append(data[at:])
+    return b"".join(out).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def repair(
+    model: Denoiser,
+    prompt_ids: Sequence[int],
+    code: str,
+    language: str,
+    config: SamplerConfig,
+    rounds: int = 3,
+) -> Iterator[Event]:
+    """Re-mask the spans around code's syntax issues and let the sampler fill them again, widening
+    the spans each round. Yields every sampler Step, a RepairRound after each round, then Repaired.
+
+    Text outside the re-masked spans is copied byte for byte; a round's result is kept only if it
+    has fewer issues than the best so far. An unknown language (or a grammar that will not load)
+    returns code untouched with a note.
+    """
+    began = time.perf_counter()
+    try:
+        issues = find_issues(code, language)
+        name = normalize_language(language)
+    except (UnknownLanguage, ImportError) as exc:
+        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, time.perf_counter() - began, note=f"not checked: {exc}")
+        return
+    from tree_sitter import Parser
+
+    facts = model.facts
+    config = replace(config, stop_at_eos=False)  # a span in the middle of the file must not end it
+    drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
+    best, best_issues = code, issues
+    history: list[RepairRound] = []
+    note = ""
+    for number in range(1, rounds + 1):
+        if not best_issues:
+            break
+        # 1) what to re-mask: each issue widened for this round, snapped to tokens, merged
+        data = best.encode()
+        ids, offsets = tokenize(model.tokenizer, best)
+        root = Parser(language_of(name)).parse(data).root_node
+        spans = snap(offsets, [widen(data, root, issue, number) for issue in best_issues])
+        canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
+        if not spans or len(canvas) > facts.max_length:
+            note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
+            break
+
+        # 2) the same sampler fills the masks
+        last: Step | None = None
+        for last in denoise(model, canvas, len(prompt_ids), config):
+            yield last
+        assert last is not None  # every span holds at least room(0) = 2 masks
+
+        # 3) splice the new spans into the old text and check again
+        texts = [model.tokenizer.decode([t for t in last.canvas[a:b].tolist() if t not in drop]) for a, b in regions]
+        candidate = splice(data, spans, texts)
+        found = find_issues(candidate, language)
+        # A span that had code and comes back blank deleted it: fewer issues, but not a repair.
+        erased = any(
+            not t.strip() and data[s.start_byte : s.end_byte].strip() for s, t in zip(spans, texts, strict=True)
+        )
+        kept = not erased and len(found) < len(best_issues)
+        history.append(
+            RepairRound(
+                round=number,
+                issues=tuple(best_issues),
+                spans=tuple(spans),
+                tokens=sum(b - a for a, b in (s.tokens for s in spans)),
+                masks=sum(b - a for a, b in regions),
+                forward=last.forward,
+                issues_after=len(found),
+                kept=kept,
+            )
+        )
+        yield history[-1]
+        if kept:
+            best, best_issues = candidate, found
+    yield Repaired(
+        code=best,
+        issues_before=len(issues),
+        issues_after=len(best_issues),
+        issues=tuple(best_issues),
+        rounds=len(history),
+        spans=sum(len(r.spans) for r in history),
+        tokens=sum(r.tokens for r in history),
+        forward=sum(r.forward for r in history),
+        seconds=time.perf_counter() - began,
+        note=note,
+    )
+
+
+def repaired(events: Iterator[Event]) -> Repaired:
+    """Drain repair(); its last event is the Repaired record."""
+    last: Event | None = None
+    for event in events:
+        last = event
+    assert isinstance(last, Repaired)
+    return last

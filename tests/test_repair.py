@@ -1,0 +1,282 @@
+"""dcode.repair: the loop over the real sampler with a scripted fake model and the real dcode-tiny
+tokenizer; byte <-> token mapping on multi-byte UTF-8; widening from lines to statement to block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import dcode
+from dcode.config import SamplerConfig
+from dcode.models.base import ModelFacts
+from dcode.repair import (
+    Repaired,
+    RepairRound,
+    byte_offsets,
+    repair,
+    repaired,
+    room,
+    tokenize,
+    tokens_for_span,
+    widen,
+)
+from dcode.sampler import Step
+from dcode.syntax import language_of, find_issues
+
+PAD, EOS, MASK = 0, 1, 2
+
+BROKEN = (
+    "import os\n\n# café ✓ 日本 🎉\n\ndef add(a, b):\n    return a +\n\n\n"
+    "def sub(a, b):\n    return a - b  # naïve 🎉\n"
+)
+BROKEN_LINE = "    return a +"
+FIXED = BROKEN.replace(BROKEN_LINE + "\n", "    return a + b\n")
+
+NESTED = (
+    "class Box:\n    def area(self):\n        total = 0\n        if self.w:\n"
+    "            return self.w * (\n        return total\n\n    def name(self):\n        return 'box'\n"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
+
+
+class ScriptedDenoiser:
+    """A Denoiser that knows one text. In every run of consecutive masks it puts all probability on
+    that text's token ids in order, then on pad. Under the threshold rule every mask is committed in
+    the first pass of its block, so the runs it sees are exactly the re-masked spans (plus room).
+    Counts forward passes; full attention, unshifted logits, no cache."""
+
+    def __init__(self, tokenizer, text: str) -> None:
+        self.tokenizer = tokenizer
+        self.script = tokenizer.encode(text, add_special_tokens=False)
+        self.facts = ModelFacts(
+            name="scripted",
+            family="scripted",
+            mask_id=MASK,
+            eos_ids=frozenset({EOS}),
+            pad_id=PAD,
+            shifted=False,
+            block=None,
+            max_length=2048,
+            vocab_size=len(tokenizer),
+        )
+        self.forwards = 0
+
+    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        self.forwards += 1
+        logits = torch.zeros(*ids.shape, self.facts.vocab_size)  # (B, L, V)
+        for b, row in enumerate(ids.tolist()):
+            offset = 0  # position inside the current run of masks
+            for i, token in enumerate(row):
+                if token == MASK:
+                    logits[b, i, self.script[offset] if offset < len(self.script) else PAD] = 50.0
+                    offset += 1
+                else:
+                    offset = 0
+        return logits
+
+    def new_cache(self) -> None:
+        return None
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+def run(model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3) -> list:
+    prompt = model.tokenizer.encode("# a helper module\n", add_special_tokens=False)
+    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds))
+
+
+def test_repair_fixes_the_span_and_copies_every_other_byte(tokenizer) -> None:
+    model = ScriptedDenoiser(tokenizer, "    return a + b")
+    events = run(model, BROKEN)
+    done = events[-1]
+    assert isinstance(done, Repaired)
+    assert done.code == FIXED
+    assert (done.issues_before, done.issues_after, done.issues, done.rounds) == (1, 0, (), 1)
+    [round1] = [e for e in events if isinstance(e, RepairRound)]
+    [span] = round1.spans
+    data, fixed = BROKEN.encode(), done.code.encode()
+    assert data[span.start_byte : span.end_byte] == BROKEN_LINE.encode()  # the issue's line, no more
+    assert fixed[: span.start_byte] == data[: span.start_byte]
+    assert fixed[len(fixed) - (len(data) - span.end_byte) :] == data[span.end_byte :]
+    assert round1.kept and round1.issues_after == 0
+    assert done.forward == model.forwards == 1  # one pass: the threshold rule commits every sure mask
+
+
+def test_a_fix_may_grow_by_the_room_and_no_further(tokenizer) -> None:
+    # The broken line is 4 tokens, so the span gets 4 + room(4) = 6 masks.
+    assert len(tokenizer.encode(BROKEN_LINE, add_special_tokens=False)) == 4 and room(4) == 2
+    fits, too_long = "    return a + b;", "    return (a + b)"
+    assert [len(tokenizer.encode(t, add_special_tokens=False)) for t in (fits, too_long)] == [6, 7]
+    done = run(ScriptedDenoiser(tokenizer, fits), BROKEN, rounds=1)[-1]
+    assert done.code == BROKEN.replace(BROKEN_LINE, fits) and done.issues_after == 0
+    events = run(ScriptedDenoiser(tokenizer, too_long), BROKEN, rounds=1)
+    [round1] = [e for e in events if isinstance(e, RepairRound)]
+    assert round1.masks == 6 and not round1.kept  # "    return (a + b" is cut short and still broken
+    assert events[-1].code == BROKEN
+
+
+@pytest.mark.parametrize(
+    ("language", "code", "fix", "fixed"),
+    [
+        ("javascript", "function f() {\n  return 1 +;\n}\n", "  return 1 + 2;", "function f() {\n  return 1 + 2;\n}\n"),
+        ("rust", 'fn main() {\n    let x = 1\n    println!("{}", x);\n}\n', "    let x = 1;", None),
+    ],
+)
+def test_repair_in_other_languages(tokenizer, language: str, code: str, fix: str, fixed: str | None) -> None:
+    done = run(ScriptedDenoiser(tokenizer, fix), code, language)[-1]
+    assert done.issues_after == 0 and done.issues_before == 1
+    assert done.code == (fixed or code.replace("    let x = 1\n", fix + "\n"))
+
+
+def test_valid_code_is_returned_unchanged_without_a_pass(tokenizer) -> None:
+    model = ScriptedDenoiser(tokenizer, "garbage")
+    events = run(model, FIXED)
+    assert len(events) == 1
+    done = events[0]
+    assert done.code == FIXED
+    assert (done.issues_before, done.issues_after, done.rounds, done.forward, done.tokens) == (0, 0, 0, 0, 0)
+    assert model.forwards == 0
+
+
+def test_garbage_never_makes_it_worse_and_spans_widen_each_round(tokenizer) -> None:
+    model = ScriptedDenoiser(tokenizer, "))) ((( :")
+    events = run(model, NESTED)
+    done = events[-1]
+    assert done.code == NESTED  # nothing better was found: the input comes back
+    assert done.issues_after <= done.issues_before == 1
+    rounds = [e for e in events if isinstance(e, RepairRound)]
+    assert [r.round for r in rounds] == [1, 2, 3] and not any(r.kept for r in rounds)
+    assert all(r.issues_after >= 1 for r in rounds)
+    # The text stays the same, so each round's span must strictly hold the last one.
+    spans = [(r.spans[0].start_byte, r.spans[0].end_byte) for r in rounds]
+    for (a0, b0), (a1, b1) in zip(spans, spans[1:], strict=False):
+        assert a1 <= a0 and b1 >= b0 and (a1, b1) != (a0, b0)
+    data = NESTED.encode()
+    assert [data[a:b].count(b"\n") + 1 for a, b in spans] == [1, 2, 4]  # line, if statement, body
+
+
+def test_widening_rounds_for_a_nested_python_example() -> None:
+    from tree_sitter import Parser
+
+    data = NESTED.encode()
+    root = Parser(language_of("python")).parse(data).root_node
+    [issue] = find_issues(NESTED, "python")
+    spans = [widen(data, root, issue, r) for r in (1, 2, 3)]
+    texts = [data[a:b].decode() for a, b, _ in spans]
+    assert texts[0] == "            return self.w * ("
+    assert texts[1] == "        if self.w:\n" + texts[0]
+    assert texts[2] == "        total = 0\n" + texts[1] + "\n        return total"
+    assert [why.split(": ", 1)[1] for _, _, why in spans] == [
+        "line 5, its lines",
+        "lines 4-5, enclosing if_statement",
+        "lines 3-6, enclosing block",
+    ]
+
+
+def test_widening_without_an_enclosing_node_adds_context_lines() -> None:
+    from tree_sitter import Parser
+
+    code = "a = 1\nb = 2\nc = (\nd = 4\ne = 5\nf = 6\n"
+    data = code.encode()
+    root = Parser(language_of("python")).parse(data).root_node
+    issue = find_issues(code, "python")[0]
+    r1, r2, r3 = (widen(data, root, issue, r) for r in (1, 2, 3))
+    assert r1[0] <= issue.start_byte and r1[1] >= issue.end_byte
+    assert r2[0] <= r1[0] and r2[1] >= r1[1] and r2[:2] != r1[:2]
+    assert r3[0] <= r2[0] and r3[1] >= r2[1] and r3[:2] != r2[:2]
+
+
+def test_round_events_carry_the_right_counts(tokenizer) -> None:
+    two = BROKEN.replace("    return a - b", "    return a -")  # two broken functions, two issues
+    model = ScriptedDenoiser(tokenizer, ")(")
+    events = run(model, two, rounds=2)
+    done = events[-1]
+    assert isinstance(done, Repaired)
+    assert all(isinstance(e, Step | RepairRound) for e in events[:-1])
+    rounds: list[RepairRound] = []
+    steps_since = 0
+    for event in events[:-1]:
+        if isinstance(event, Step):
+            steps_since += 1
+            continue
+        rounds.append(event)
+        assert event.forward == steps_since  # one Step per forward pass, all re-yielded
+        steps_since = 0
+        sizes = [b - a for a, b in (s.tokens for s in event.spans)]
+        assert event.tokens == sum(sizes)
+        assert event.masks == sum(n + room(n) for n in sizes)
+    assert steps_since == 0  # the last Step belongs to the last round
+    # Round 1 works on the input: two issues far apart give two spans, each exactly its tokens.
+    first = rounds[0]
+    assert [(i.kind, i.line) for i in first.issues] == [("error", 6), ("error", 10)]
+    _, offsets = tokenize(tokenizer, two)
+    data = two.encode()
+    assert [data[s.start_byte : s.end_byte] for s in first.spans] == [
+        BROKEN_LINE.encode(),
+        "    return a -  # naïve 🎉".encode(),
+    ]
+    for span in first.spans:
+        assert list(range(*span.tokens)) == tokens_for_span(offsets, span.start_byte, span.end_byte)
+    # The record adds the rounds up, and never ends worse than it started.
+    assert [r.round for r in rounds] == [1, 2] and done.rounds == 2
+    assert done.forward == sum(r.forward for r in rounds) == model.forwards
+    assert done.tokens == sum(r.tokens for r in rounds)
+    assert done.spans == sum(len(r.spans) for r in rounds)
+    assert done.issues_before == 2
+    assert done.issues_after == min([2] + [r.issues_after for r in rounds if r.kept]) == len(done.issues)
+    assert (done.code == two) == (not any(r.kept for r in rounds))
+
+
+def test_unknown_language_returns_the_input_untouched(tokenizer) -> None:
+    model = ScriptedDenoiser(tokenizer, "x")
+    events = run(model, "IDENTIFICATION DIVISION.\n", language="cobol")
+    assert len(events) == 1
+    done = events[0]
+    assert done.code == "IDENTIFICATION DIVISION.\n" and done.rounds == 0 and model.forwards == 0
+    assert "unknown language" in done.note
+    assert repaired(iter(events)) is done
+
+
+def test_byte_offsets_of_multibyte_characters() -> None:
+    assert byte_offsets("é!", [(0, 1), (1, 2)]) == [(0, 2), (2, 3)]
+    assert byte_offsets("a日本🎉b", [(0, 1), (1, 3), (3, 4), (4, 5)]) == [(0, 1), (1, 7), (7, 11), (11, 12)]
+    assert byte_offsets("ab", [(0, 2)]) == [(0, 2)]
+
+
+@pytest.mark.parametrize("text", ["s = 'é日本🎉'\n# naïve — ok ✓\n", "x = 1\n", "🎉🎉 é\n\n日本語のテキスト\n"])
+def test_token_byte_spans_round_trip(tokenizer, text: str) -> None:
+    data = text.encode()
+    ids, offsets = tokenize(tokenizer, text)
+    assert len(ids) == len(offsets)
+    assert offsets[0][0] == 0 and offsets[-1][1] == len(data)
+    assert all(a <= b and a0 <= a for (a0, _), (a, b) in zip(offsets, offsets[1:], strict=False))
+    # Every character's byte span maps to tokens that decode to exactly the bytes they cover.
+    at = 0
+    for char in text:
+        end = at + len(char.encode())
+        hit = tokens_for_span(offsets, at, end)
+        assert hit == list(range(hit[0], hit[-1] + 1))
+        first, last = offsets[hit[0]][0], offsets[hit[-1]][1]
+        assert first <= at and last >= end
+        assert tokenizer.decode([ids[i] for i in hit]) == data[first:last].decode()
+        at = end
+    assert tokens_for_span(offsets, 0, len(data)) == list(range(len(ids)))
+
+
+def test_repair_imports_only_what_sits_below_it() -> None:
+    import ast
+
+    tree = ast.parse(Path(dcode.__file__).with_name("repair.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m.split(".")[0] == "dcode"}
+    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base"}
