@@ -103,12 +103,19 @@ def show_progress(quiet: bool, live: bool | None) -> bool:
     return sys.stderr.isatty()
 
 
-def summary_line(metadata: dict[str, float | int], model: str) -> str:
-    return (
+def summary_line(metadata: dict[str, object], model: str) -> str:
+    line = (
         f"dcode: {metadata['tokens']} tokens in {metadata['forward_passes']} passes "
         f"({metadata['tokens_per_forward']} tok/pass), {metadata['seconds']:.2f} s, "
         f"{metadata['tokens_per_second']} tok/s, {model}"
     )
+    repaired = metadata.get("repair")
+    if isinstance(repaired, dict) and repaired["rounds"]:
+        line += (
+            f"; repair: {repaired['issues_before']} -> {repaired['issues_after']} issues in "
+            f"{repaired['rounds']} round(s), +{repaired['extra_forward_passes']} passes"
+        )
+    return line
 
 
 @app.command()
@@ -149,6 +156,10 @@ def new(
     top_p: Annotated[float, typer.Option("--top-p", envvar="DCODE_TOP_P")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")] = 0,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")] = True,
+    repair: Annotated[
+        bool, typer.Option("--repair/--no-repair", envvar="DCODE_REPAIR", help="Regenerate spans that do not parse.")
+    ] = True,
+    repair_rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=0)] = 3,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print code and metadata as JSON.")
     ] = False,
@@ -157,6 +168,7 @@ def new(
 ) -> None:
     """Write a new file from a request."""
     from dcode.files import FileProblem, atomic_write, check_writable
+    from dcode.sampler import Step
 
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
@@ -191,10 +203,11 @@ def new(
         denoiser = load_model(model, device)
         finished = None
         with progress_view(show_progress(quiet, live)) as view:
-            for event in pipeline.new(denoiser, text, language, length, config):
+            rounds = repair_rounds if repair else 0
+            for event in pipeline.new(denoiser, text, language, length, config, rounds):
                 if isinstance(event, pipeline.Finished):
                     finished = event
-                else:
+                elif isinstance(event, Step):
                     view(event)
     except typer.Exit:
         raise
@@ -226,6 +239,10 @@ def new(
         sys.stdout.flush()
     if not quiet:
         typer.echo(summary_line(metadata, name), err=True)
+    if finished.syntax_errors:
+        where = output or "the output"
+        typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)
+        raise typer.Exit(SYNTAX)
 
 
 class progress_view:
@@ -289,6 +306,82 @@ def check(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     raise typer.Exit(USAGE if unreadable else SYNTAX if found else OK)
+
+
+@app.command("repair")
+def repair_command(
+    file: Annotated[Path, typer.Argument(help="File to repair in place.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result here instead.")] = None,
+    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
+    lang: Annotated[str | None, typer.Option("--lang", envvar="DCODE_LANG")] = None,
+    model: Annotated[str | None, typer.Option("--model", envvar="DCODE_MODEL")] = None,
+    device: Annotated[str, typer.Option("--device", envvar="DCODE_DEVICE")] = "auto",
+    rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=1)] = 3,
+    temperature: Annotated[float, typer.Option("--temperature", envvar="DCODE_TEMPERATURE")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET")] = False,
+) -> None:
+    """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
+    import difflib
+    import json
+
+    from dcode import pipeline, syntax
+    from dcode.files import FileProblem, atomic_write, check_writable, read_source
+    from dcode.repair import Repaired
+
+    # 1) the input must be a readable, checkable, non-empty text file
+    try:
+        source = read_source(file)
+        language = syntax.detect_language(str(file), source, lang)
+        if output is not None and not diff:
+            check_writable(output, force)
+    except FileProblem as error:
+        fail(str(error), USAGE)
+    except syntax.UnknownLanguage as error:
+        fail(str(error), USAGE)
+    if language is None:
+        fail(f"{file}: unknown language (use --lang)", USAGE)
+    if not source.strip():
+        fail(f"{file} is empty: nothing to repair", USAGE)
+    try:
+        config = SamplerConfig(temperature=temperature, seed=seed)
+    except ValueError as error:
+        fail(str(error), USAGE)
+
+    # 2) repair
+    try:
+        denoiser = load_model(model, device)
+        done = None
+        for event in pipeline.repair_file(denoiser, source, language, file.name, config, rounds):
+            if isinstance(event, Repaired):
+                done = event
+    except pipeline.InputError as error:
+        fail(str(error), USAGE)
+    assert done is not None
+
+    # 3) deliver: a diff, or the file (only if it got better)
+    changed = done.code != source
+    if diff:
+        lines = difflib.unified_diff(
+            source.splitlines(keepends=True), done.code.splitlines(keepends=True), f"a/{file}", f"b/{file}"
+        )
+        sys.stdout.write("".join(lines))
+    elif changed:
+        try:
+            atomic_write(output or file, done.code)
+        except OSError as error:
+            fail(f"cannot write {output or file}: {error.strerror}", RUNTIME)
+    if as_json:
+        typer.echo(json.dumps({"path": str(output or file), "changed": changed, **pipeline.repair_metadata(done)}))
+    elif not quiet:
+        typer.echo(
+            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
+            + ("" if changed or diff else ", file unchanged"),
+            err=True,
+        )
+    raise typer.Exit(SYNTAX if done.issues_after else OK)
 
 
 @app.command(hidden=True)

@@ -17,6 +17,7 @@ import torch
 
 from dcode.config import SamplerConfig
 from dcode.models.base import Denoiser
+from dcode.repair import Repaired, RepairRound, repair
 from dcode.sampler import Step, denoise, trim_answer
 
 
@@ -26,19 +27,25 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Finished:
-    code: str  # the answer, trailing end/pad tokens removed
+    code: str  # the answer, trailing end/pad tokens removed, repaired if repair ran
     prompt_tokens: int
-    tokens: int  # answer tokens kept
+    tokens: int  # answer tokens kept by the draft
     canvas: int  # answer positions the sampler had to fill
-    forward: int  # forward passes
-    seconds: float  # sampling wall time
+    forward: int  # forward passes of the draft
+    seconds: float  # sampling wall time of the draft
+    repair: Repaired | None = None  # what the repair pass did (None: off or nothing to check)
 
     @property
     def tokens_per_forward(self) -> float:
         return self.tokens / self.forward if self.forward else 0.0
 
-    def metadata(self) -> dict[str, float | int]:
-        return {
+    @property
+    def syntax_errors(self) -> int | None:
+        """Issues left in the code (None when it was not checked)."""
+        return self.repair.issues_after if self.repair is not None else None
+
+    def metadata(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "prompt_tokens": self.prompt_tokens,
             "tokens": self.tokens,
             "canvas": self.canvas,
@@ -47,9 +54,26 @@ class Finished:
             "seconds": round(self.seconds, 3),
             "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
         }
+        if self.repair is not None:
+            out["repair"] = repair_metadata(self.repair)
+        return out
 
 
-Event = Step | Finished
+def repair_metadata(done: Repaired) -> dict[str, object]:
+    return {
+        "issues_before": done.issues_before,
+        "issues_after": done.issues_after,
+        "rounds": done.rounds,
+        "spans": done.spans,
+        "tokens_regenerated": done.tokens,
+        "extra_forward_passes": done.forward,
+        "extra_seconds": round(done.seconds, 3),
+        "issues": [f"{i.line}:{i.column}: {i.message}" for i in done.issues],
+        **({"note": done.note} if done.note else {}),
+    }
+
+
+Event = Step | RepairRound | Repaired | Finished
 
 
 def template(name: str) -> str:
@@ -90,8 +114,11 @@ def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
         )
 
 
-def new(model: Denoiser, request: str, language: str, length: int, config: SamplerConfig) -> Iterator[Event]:
-    """Generate a whole file for `request`: every sampler step, then Finished."""
+def new(
+    model: Denoiser, request: str, language: str, length: int, config: SamplerConfig, repair_rounds: int = 3
+) -> Iterator[Event]:
+    """Generate a whole file for `request`: the draft's steps, the repair pass's steps and rounds
+    (syntax is checked even with 0 rounds), then Finished."""
     if not request.strip():
         raise InputError("the prompt is empty")
     ids = prompt_ids(model, request, language)
@@ -102,15 +129,38 @@ def new(model: Denoiser, request: str, language: str, length: int, config: Sampl
     for last in denoise(model, canvas, len(ids), config):
         yield last
     assert last is not None
-    code, kept = answer_text(model, last.canvas, len(ids))
+    text, kept = answer_text(model, last.canvas, len(ids))
+    code = text.strip("\n") + "\n" if text.strip() else ""
+    seconds = time.perf_counter() - began
+    repaired: Repaired | None = None
+    for event in repair(model, ids, code, language, config, rounds=repair_rounds):
+        if isinstance(event, Repaired):
+            repaired = event
+        else:
+            yield event
     yield Finished(
-        code=code.strip("\n") + "\n" if code.strip() else "",
+        code=repaired.code if repaired is not None else code,
         prompt_tokens=len(ids),
         tokens=kept,
         canvas=length,
         forward=last.forward,
-        seconds=time.perf_counter() - began,
+        seconds=seconds,
+        repair=repaired if repaired is not None and not repaired.note.startswith("not checked") else None,
     )
+
+
+def repair_file(
+    model: Denoiser, source: str, language: str, name: str, config: SamplerConfig, rounds: int
+) -> Iterator[Step | RepairRound | Repaired]:
+    """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired."""
+    ids = prompt_ids(model, f"the {language} file {name}", language)
+    code_tokens = len(model.tokenizer.encode(source, add_special_tokens=False))
+    if len(ids) + code_tokens > model.facts.max_length:
+        raise InputError(
+            f"{name} is {code_tokens} tokens; with the prompt that exceeds the model's context "
+            f"of {model.facts.max_length} tokens by {len(ids) + code_tokens - model.facts.max_length}"
+        )
+    yield from repair(model, ids, source, language, config, rounds=rounds)
 
 
 def report_json(finished: Finished, extra: dict[str, object]) -> str:
