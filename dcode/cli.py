@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
-import click
 import typer
+from typer.core import TyperGroup
 
 from dcode.config import ORDERINGS, RULES, SamplerConfig
 
@@ -23,7 +23,28 @@ if TYPE_CHECKING:
 OK, RUNTIME, USAGE, SYNTAX, INTERRUPTED = 0, 1, 2, 3, 130
 DEFAULT_LENGTH = 256  # answer tokens when neither --length nor DCODE_LENGTH is given
 
+
+class OneLineErrors(TyperGroup):
+    """Click's usage errors as one `dcode: error:` line (exit 2) instead of four lines."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[no-untyped-def, override]
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as error:  # click's exceptions, vendored by typer
+            if type(error).__name__ == "NoArgsIsHelpError":  # bare `dcode`: the help, as click shows it
+                typer.echo(error.format_message(), err=True)
+            else:
+                typer.echo(f"dcode: error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            sys.exit(INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else OK)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -40,13 +61,13 @@ def fail(message: str, code: int) -> NoReturn:
 
 def read_prompt(prompt: str | None) -> str:
     """The prompt from the argument, or from stdin when the argument is '-' or absent and piped."""
-    stdin = click.get_text_stream("stdin")
+    stdin = sys.stdin
     if prompt is not None and prompt != "-":
         text = prompt
     elif prompt is None and stdin.isatty():
         fail("no prompt: pass it as an argument, or pipe it on stdin", USAGE)
     else:
-        raw = click.get_binary_stream("stdin").read()
+        raw = sys.stdin.buffer.read()
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -65,6 +86,21 @@ def language_for(explicit: str | None, output: Path | None) -> str:
     except syntax.UnknownLanguage as error:
         fail(str(error), USAGE)
     return found or "python"
+
+
+def output_target(raw: str | None, force: bool) -> Path | None:
+    """-o as a Path after checking it can be written (a trailing slash names a folder: refused)."""
+    from dcode.files import FileProblem, check_writable
+
+    if raw is None:
+        return None
+    if raw.endswith(("/", os.sep)):
+        fail(f"{raw} names a folder; give a file name", USAGE)
+    try:
+        check_writable(Path(raw), force)
+    except FileProblem as error:
+        fail(str(error), USAGE)
+    return Path(raw)
 
 
 def pick_device(name: str) -> tuple[object, object]:
@@ -122,7 +158,7 @@ def summary_line(metadata: dict[str, object], model: str) -> str:
 def new(
     prompt: Annotated[str | None, typer.Argument(help="What to write; '-' or omit to read stdin.")] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the code to this file (atomically).")
+        str | None, typer.Option("--output", "-o", help="Write the code to this file (atomically).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
     lang: Annotated[
@@ -167,7 +203,7 @@ def new(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
 ) -> None:
     """Write a new file from a request."""
-    from dcode.files import FileProblem, atomic_write, check_writable
+    from dcode.files import atomic_write
     from dcode.sampler import Step
 
     # 1) validate everything that needs no model, so bad input costs nothing
@@ -189,12 +225,8 @@ def new(
         fail(str(error), USAGE)
     if length < 1:
         fail("--length must be at least 1 token", USAGE)
-    if output is not None:
-        try:
-            check_writable(output, force)
-        except FileProblem as error:
-            fail(str(error), USAGE)
-    language = language_for(lang, output)
+    target = output_target(output, force)
+    language = language_for(lang, target)
 
     # 2) load and generate
     from dcode import pipeline
@@ -226,21 +258,21 @@ def new(
     # 3) deliver: the file, then stdout
     name = denoiser.facts.name
     metadata = finished.metadata()
-    if output is not None:
+    if target is not None:
         try:
-            atomic_write(output, finished.code)
+            atomic_write(target, finished.code)
         except OSError as error:
-            fail(f"cannot write {output}: {error.strerror}", RUNTIME)
+            fail(f"cannot write {target}: {error.strerror}", RUNTIME)
     if as_json:
-        extra = {"model": name, "language": language, "path": str(output) if output else None}
+        extra = {"model": name, "language": language, "path": str(target) if target else None}
         typer.echo(pipeline.report_json(finished, extra))
-    elif output is None:
+    elif target is None:
         sys.stdout.write(finished.code)
         sys.stdout.flush()
     if not quiet:
         typer.echo(summary_line(metadata, name), err=True)
     if finished.syntax_errors:
-        where = output or "the output"
+        where = target or "the output"
         typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)
         raise typer.Exit(SYNTAX)
 

@@ -3,6 +3,7 @@ library code never reads argv or the environment. Imports nothing of dcode."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -50,11 +51,15 @@ class SamplerConfig:
             raise ValueError(f"unknown strategy {self.rule!r} (choose from {', '.join(RULES)})")
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
-        if not 0.0 < self.threshold <= 1.0:
+        if not 0.0 < self.threshold <= 1.0:  # NaN fails too
             raise ValueError("threshold must be in (0, 1]")
         if self.block is not None and self.block < 1:
             raise ValueError("block must be at least 1")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        if not 0 <= self.temperature < math.inf:  # also rejects NaN
+            raise ValueError("temperature must be a finite number >= 0")
+        if not 0 <= self.entropy_bound < math.inf:
+            raise ValueError("entropy bound must be a finite number >= 0")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError("seed must be an integer in [0, 2**63)")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")

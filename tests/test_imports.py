@@ -1,0 +1,247 @@
+"""Fast start-up and the dependency arrows of STYLE.md, checked on the real package.
+
+Start-up runs in fresh interpreters (the test process has long since imported torch). The arrows
+are read with `ast` from dcode/*.py, including imports inside functions and under TYPE_CHECKING.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dcode
+
+PACKAGE = Path(dcode.__file__).resolve().parent
+HEAVY = ("torch", "transformers")
+REPORT = "DCODE-IMPORTS:"  # marks the line a child prints about its sys.modules
+
+
+def python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DCODE_")}
+    env.update(OMP_NUM_THREADS="1", NO_COLOR="1")
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, env=env, cwd=cwd or PACKAGE.parent
+    )
+
+
+def heavy_modules_after(statements: str, argv: list[str] | None = None, cwd: Path | None = None):
+    """Run `statements` in a fresh interpreter; at exit it reports which heavy modules were loaded."""
+    code = (
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: sys.__stderr__.write({REPORT!r} + json.dumps("
+        f"sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})) + '\\n'))\n"
+        + (f"sys.argv = {argv!r}\n" if argv else "")
+        + statements
+    )
+    done = python("-c", code, cwd=cwd)
+    lines = [line for line in done.stderr.splitlines() if line.startswith(REPORT)]
+    assert len(lines) == 1, done.stderr
+    return done, json.loads(lines[0][len(REPORT) :])
+
+
+def test_the_probe_sees_heavy_imports() -> None:
+    """The check below can fail: importing the pipeline does pull torch in."""
+    done, heavy = heavy_modules_after("import dcode.pipeline")
+    assert done.returncode == 0, done.stderr
+    assert "torch" in heavy
+
+
+def test_importing_the_cli_imports_no_torch_or_transformers() -> None:
+    done, heavy = heavy_modules_after("import dcode.cli")
+    assert done.returncode == 0, done.stderr
+    assert heavy == []
+
+
+@pytest.mark.parametrize("argv", [["dcode", "--help"], ["dcode", "new", "--help"]])
+def test_help_imports_no_torch(argv: list[str]) -> None:
+    done, heavy = heavy_modules_after("from dcode.cli import main\nmain()", argv=argv)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"Usage: dcode {'new ' if 'new' in argv else ''}[OPTIONS]")
+    assert heavy == []
+
+
+def test_check_imports_no_torch(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("def f(x):\n    return x + 1\n")
+    done, heavy = heavy_modules_after(
+        "from dcode.cli import main\nmain()", argv=["dcode", "check", "ok.py"], cwd=tmp_path
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert heavy == []
+
+
+def test_module_entry_point_help() -> None:
+    done = python("-m", "dcode.cli", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout
+    assert "new" in done.stdout
+
+
+def imported_by_importtime(stderr: str) -> set[str]:
+    """Top-level names of the modules listed by `python -X importtime`."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_console_script_help_imports_no_torch() -> None:
+    script = Path(sys.executable).parent / "dcode"
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable}")
+    done = python("-X", "importtime", str(script), "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: dcode [OPTIONS] COMMAND [ARGS]...")
+    seen = imported_by_importtime(done.stderr)
+    assert {"dcode", "typer"} <= seen  # the listing is real
+    assert seen.isdisjoint(HEAVY)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dependency arrows, read with ast
+
+
+def modules() -> dict[str, Path]:
+    """'dcode.x.y' -> file, for every module of the package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def dcode_imports(name: str) -> set[str]:
+    """Every dcode module that module `name` imports, anywhere in its body."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from dcode import syntax` names a module; `from dcode.config import X` does not
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            targets = [node.args[0].value]
+        else:
+            continue
+        out.update(t for t in targets if t == "dcode" or t.startswith("dcode."))
+    return out
+
+
+def all_imports(name: str) -> set[str]:
+    """Top-level packages module `name` imports (any depth in its body)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_walker_sees_the_package() -> None:
+    assert {"dcode.cli", "dcode.config", "dcode.sampler", "dcode.pipeline", "dcode.models.base"} <= set(MODULES)
+    # lazy imports inside functions count: the CLI loads these only in its commands
+    assert {"dcode.config", "dcode.pipeline", "dcode.files", "dcode.syntax", "dcode.models"} <= dcode_imports(
+        "dcode.cli"
+    )
+    assert "typer" in all_imports("dcode.cli")
+
+
+@pytest.mark.parametrize(
+    ("module", "allowed"),
+    [
+        ("dcode.config", set()),
+        ("dcode.syntax", set()),
+        ("dcode.sampler", {"dcode.config", "dcode.models.base"}),
+    ],
+)
+def test_bottom_modules_import_nothing_above_them(module: str, allowed: set[str]) -> None:
+    assert dcode_imports(module) <= allowed
+
+
+ABOVE_MODELS = ("dcode.pipeline", "dcode.cli", "dcode.tui", "dcode.render", "dcode.repair")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("dcode.models")))
+def test_models_never_import_their_consumers(module: str) -> None:
+    bad = {m for m in dcode_imports(module) if m.startswith(ABOVE_MODELS) or m.startswith("dcode.train")}
+    assert bad == set()
+
+
+def test_nothing_imports_the_cli() -> None:
+    assert [m for m in MODULES if m != "dcode.cli" and "dcode.cli" in dcode_imports(m)] == []
+
+
+def test_pipeline_does_not_import_the_layers_above_it() -> None:
+    assert not {m for m in dcode_imports("dcode.pipeline") if m.startswith(("dcode.cli", "dcode.tui", "dcode.render"))}
+
+
+def test_only_the_cli_imports_typer_or_click() -> None:
+    users = sorted(m for m in MODULES if all_imports(m) & {"typer", "click"})
+    assert users == ["dcode.cli"]
+
+
+def environment_reads(source: str) -> list[str]:
+    """Places that read argv or the environment: os.environ / os.getenv / sys.argv and friends."""
+    tree = ast.parse(source)
+    aliases = {"os": "os", "sys": "sys"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("os", "sys"):
+                    aliases[alias.asname or alias.name] = alias.name
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            owner = aliases.get(node.value.id)
+            if (owner, node.attr) in {
+                ("os", "environ"),
+                ("os", "environb"),
+                ("os", "getenv"),
+                ("os", "getenvb"),
+                ("os", "putenv"),
+                ("sys", "argv"),
+                ("sys", "orig_argv"),
+            }:
+                found.append(f"{owner}.{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.ImportFrom) and node.module in ("os", "sys"):
+            for alias in node.names:
+                if alias.name in ("environ", "environb", "getenv", "getenvb", "putenv", "argv", "orig_argv"):
+                    found.append(f"from {node.module} import {alias.name} (line {node.lineno})")
+    return found
+
+
+def test_the_environment_scanner_finds_reads() -> None:
+    sample = "import os\nimport sys as s\nfrom os import getenv\nx = os.environ.get('A')\ny = s.argv\n"
+    assert len(environment_reads(sample)) == 3
+    assert environment_reads(MODULES["dcode.cli"].read_text(encoding="utf-8"))  # the CLI does read them
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "dcode.cli" and not m.startswith("dcode.train")))
+def test_only_the_cli_reads_argv_or_the_environment(module: str) -> None:
+    assert environment_reads(MODULES[module].read_text(encoding="utf-8")) == []
