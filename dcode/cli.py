@@ -132,8 +132,7 @@ def load_model(spec: str | None, device: str) -> Denoiser:
 
 
 def show_progress(quiet: bool, live: bool | None) -> bool:
-    """Progress drawing only on a terminal's stderr, and never with -q, NO_COLOR? (colour only),
-    TERM=dumb or --no-live."""
+    """The live view only on a terminal's stderr, never with -q, --no-live or TERM=dumb."""
     if quiet or live is False or os.environ.get("TERM") == "dumb":
         return False
     return sys.stderr.isatty()
@@ -199,12 +198,17 @@ def new(
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print code and metadata as JSON.")
     ] = False,
-    live: Annotated[bool | None, typer.Option("--live/--no-live", envvar="DCODE_LIVE")] = None,
+    live: Annotated[
+        bool | None, typer.Option("--live/--no-live", envvar="DCODE_LIVE", help="Live view (default: on a terminal).")
+    ] = None,
+    exit_when_done: Annotated[
+        bool,
+        typer.Option("--exit-when-done", envvar="DCODE_EXIT_WHEN_DONE", help="Close the live view when finished."),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
 ) -> None:
     """Write a new file from a request."""
     from dcode.files import atomic_write
-    from dcode.sampler import Step
 
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
@@ -228,19 +232,29 @@ def new(
     target = output_target(output, force)
     language = language_for(lang, target)
 
-    # 2) load and generate
-    from dcode import pipeline
+    # 2) load and generate, drawing the live view on a terminal
+    from dcode import pipeline, tui
+    from dcode.render import Describer
 
     try:
         denoiser = load_model(model, device)
-        finished = None
-        with progress_view(show_progress(quiet, live)) as view:
-            rounds = repair_rounds if repair else 0
-            for event in pipeline.new(denoiser, text, language, length, config, rounds):
-                if isinstance(event, pipeline.Finished):
-                    finished = event
-                elif isinstance(event, Step):
-                    view(event)
+        facts = denoiser.facts
+        describer = Describer(
+            denoiser.tokenizer,
+            facts.mask_id,
+            length=length,
+            model=facts.name,
+            device=denoiser.device.type,
+            language=language,
+            hidden=facts.eos_ids | {facts.pad_id},
+        )
+        rounds = repair_rounds if repair else 0
+        finished = tui.run_live(
+            lambda: pipeline.new(denoiser, text, language, length, config, rounds),
+            describer,
+            view="auto" if show_progress(quiet, live) else "none",
+            exit_when_done=exit_when_done,
+        )
     except typer.Exit:
         raise
     except pipeline.InputError as error:
@@ -253,7 +267,7 @@ def new(
             f"generation failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
             RUNTIME,
         )
-    assert finished is not None
+    assert isinstance(finished, pipeline.Finished)
 
     # 3) deliver: the file, then stdout
     name = denoiser.facts.name
@@ -275,30 +289,6 @@ def new(
         where = target or "the output"
         typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)
         raise typer.Exit(SYNTAX)
-
-
-class progress_view:
-    """A Rich status line on a terminal's stderr while sampling; nothing otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.status = None
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        if self.enabled:
-            from rich.console import Console
-
-            self.status = Console(stderr=True).status("drafting…")
-            self.status.__enter__()
-        return self
-
-    def __call__(self, step) -> None:  # type: ignore[no-untyped-def]
-        if self.status is not None:
-            self.status.update(f"pass {step.forward} · {step.masked} masked left")
-
-    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
-        if self.status is not None:
-            self.status.__exit__(*exc)
 
 
 @app.command()

@@ -1,0 +1,290 @@
+"""Pure Rich renderables for the live refinement view: a step becomes a Frame, a Frame becomes Text.
+
+Owns what a frame of the live view shows (`describe`, `Describer`) and how it looks
+(`render_canvas`, `render_status`, `export_svg`). Knows nothing about Textual, threads, models or
+the terminal, and does not import torch: tensors are read through `.tolist()`. The Textual app
+(dcode.tui) and the plain Rich Live fallback both draw with these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.style import Style
+from rich.syntax import Syntax
+from rich.text import Text
+
+MASK = "·"  # one placeholder character per masked token
+MASK_STYLE = Style(dim=True)
+REMASK_STYLE = Style(color="magenta", bold=True)  # masked again by the repair pass
+COMMITTED_STYLE = Style(color="green", bold=True, reverse=True)  # filled by the latest pass
+NOTE_STYLE = Style(bold=True, reverse=True)  # "paused", "any key closes" at the head of the status
+THEME = "ansi_dark"  # the terminal's own 16 colours, so the final frame suits any background
+# Control characters other than tab and newline are drawn as their Unicode pictures (ESC as ␛):
+# generated text must never reach the terminal as escape sequences.
+VISIBLE = {c: 0x2400 + c for c in range(32) if c not in (9, 10)} | {0x7F: 0x2421}
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What one frame of the live view shows. Positions are offsets into the answer region."""
+
+    pieces: tuple[str | None, ...]  # per answer position: its decoded text, None while masked
+    committed: frozenset[int]  # positions filled by the latest pass
+    remasked: frozenset[int]  # positions the repair pass masked again (drawn apart while masked)
+    model: str
+    device: str
+    forward: int  # forward passes so far ("pass n")
+    masked: int  # masked positions left
+    filled: int  # tokens filled so far, for tok/pass and tok/s
+    elapsed: float  # seconds of sampling so far
+    language: str = "python"  # for syntax highlighting once settled
+    settled: bool = False  # the answer is final: highlight it as code
+    repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th round
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.filled / self.forward if self.forward else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.filled / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def code(self) -> str:
+        return "".join(piece or "" for piece in self.pieces)
+
+
+def _ints(values: Any) -> list[int]:
+    """A tensor (via .tolist()) or any iterable of ints, as a list of ints."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, int):
+        return [values]
+    return [int(v) for v in values]
+
+
+def is_step(event: object) -> bool:
+    """Duck-typed check for a sampler Step, so this module never imports torch."""
+    return all(hasattr(event, name) for name in ("canvas", "committed", "forward", "masked"))
+
+
+def token_pieces(
+    tokenizer: Any,
+    ids: Sequence[int] | Any,
+    mask_id: int,
+    *,
+    hidden: frozenset[int] = frozenset(),
+    cache: dict[int, str] | None = None,
+) -> list[str | None]:
+    """The text of each token, None for the mask and "" for `hidden` ids (end, pad).
+
+    Tokens are decoded one at a time with convert_tokens_to_string, so layout (spaces, newlines)
+    survives; a character split across byte-level tokens shows as U+FFFD until settled. Pass the
+    same `cache` dict across calls to decode each id once.
+    Example: token_pieces(tok, [324, 2, 292], mask_id=2) -> ["def", None, " f"].
+    """
+    cache = {} if cache is None else cache
+    out: list[str | None] = []
+    for token in _ints(ids):
+        if token == mask_id:
+            out.append(None)
+        elif token in hidden:
+            out.append("")
+        else:
+            if token not in cache:
+                piece = tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens([token]))
+                cache[token] = piece.translate(VISIBLE)
+            out.append(cache[token])
+    return out
+
+
+def describe(
+    step: Any,
+    pieces: Sequence[str | None],
+    start: int,
+    *,
+    model: str,
+    device: str,
+    elapsed: float,
+    remasked: frozenset[int] = frozenset(),
+    settled: bool = False,
+    language: str = "python",
+    forward: int | None = None,
+    filled: int | None = None,
+    repair_round: int = 0,
+) -> Frame:
+    """The Frame for a sampler Step. `pieces` covers the answer region step.canvas[start:]
+    (see token_pieces); `remasked` holds canvas positions, like step.committed. `forward` and
+    `filled` default to the step's pass count and the visible tokens; a caller following a whole
+    run (draft, then repair rounds) passes its own totals."""
+    committed = frozenset(p - start for p in _ints(step.committed) if p >= start)
+    return Frame(
+        pieces=tuple(pieces),
+        committed=frozenset() if settled else committed,
+        remasked=frozenset(p - start for p in remasked if p >= start),
+        model=model,
+        device=device,
+        forward=int(step.forward) if forward is None else forward,
+        masked=int(step.masked),
+        filled=sum(1 for piece in pieces if piece) if filled is None else filled,
+        elapsed=elapsed,
+        language=language,
+        settled=settled,
+        repair_round=repair_round,
+    )
+
+
+class Describer:
+    """`describe` for one run's stream of events: `describer(event, elapsed) -> Frame | None`.
+
+    Decodes each token id once; finds the answer region from `start` (prompt tokens) or, given
+    the answer `length` instead, from the first step (later canvases, such as the repair pass's,
+    keep the prompt but not the length). Counts passes and committed tokens over the whole run.
+    Positions masked again after being filled (a repair round) are marked re-masked while they
+    stay masked. A final event with a `code` attribute (pipeline.Finished, repair.Repaired) gives
+    a settled frame showing exactly that code; other events give None.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        mask_id: int,
+        *,
+        model: str,
+        device: str,
+        start: int | None = None,
+        length: int | None = None,
+        language: str = "python",
+        hidden: Iterable[int] = (),
+    ) -> None:
+        if start is None and length is None:
+            raise ValueError("give the prompt's token count (start) or the answer length")
+        self.tokenizer, self.mask_id, self.start, self.length = tokenizer, mask_id, start, length
+        self.model, self.device, self.language = model, device, language
+        self.hidden = frozenset(hidden)
+        self._cache: dict[int, str] = {}
+        self._masked: set[int] | None = None  # answer offsets masked in the previous frame
+        self._remasked: set[int] = set()  # canvas positions re-masked and still masked
+        self._passes = self._committed = self._round = 0
+        self._last: Frame | None = None
+
+    def __call__(self, event: object, elapsed: float) -> Frame | None:
+        if is_step(event):
+            return self._step(event, elapsed)
+        code = getattr(event, "code", None)
+        if not isinstance(code, str):
+            return None
+        base = self._last or Frame((), frozenset(), frozenset(), self.model, self.device, 0, 0, 0, elapsed)
+        return replace(
+            base,
+            pieces=(code,),
+            committed=frozenset(),
+            remasked=frozenset(),
+            masked=0,
+            elapsed=elapsed,
+            language=self.language,
+            settled=True,
+        )
+
+    def _step(self, step: Any, elapsed: float) -> Frame:
+        ids = _ints(step.canvas)
+        if self.start is None:
+            self.start = max(0, len(ids) - (self.length or 0))
+        start = self.start
+        pieces = token_pieces(self.tokenizer, ids[start:], self.mask_id, hidden=self.hidden, cache=self._cache)
+        masked = {i for i, piece in enumerate(pieces) if piece is None}
+        fresh = masked - self._masked if self._masked is not None else set()
+        if fresh:  # masks where the last frame had tokens: a repair round began
+            self._round += 1
+            self._remasked |= {start + i for i in fresh}
+        self._remasked &= {start + i for i in masked}
+        self._masked = masked
+        self._passes += 1
+        self._committed += len(_ints(step.committed))
+        self._last = describe(
+            step,
+            pieces,
+            start,
+            model=self.model,
+            device=self.device,
+            elapsed=elapsed,
+            remasked=frozenset(self._remasked),
+            language=self.language,
+            forward=self._passes,
+            filled=self._committed,
+            repair_round=self._round,
+        )
+        return self._last
+
+
+def highlight(code: str, language: str) -> Text:
+    """Code as syntax-highlighted Text (plain Text when Pygments does not know the language)."""
+    return Syntax("", language, theme=THEME, background_color="default").highlight(code.translate(VISIBLE))
+
+
+def render_canvas(frame: Frame) -> Text:
+    """The canvas as code in its layout: masks as dim `·`, the latest pass in reverse green,
+    re-masked repair positions in magenta; once settled, syntax-highlighted code."""
+    if frame.settled:
+        return highlight(frame.code, frame.language)
+    text = Text(no_wrap=False)
+    for i, piece in enumerate(frame.pieces):
+        if piece is None:
+            text.append(MASK, REMASK_STYLE if i in frame.remasked else MASK_STYLE)
+        elif i in frame.committed:
+            text.append(piece, COMMITTED_STYLE)
+        else:
+            text.append(piece)
+    return text
+
+
+def active_line(frame: Frame) -> int | None:
+    """The line (0-based, before wrapping) of the first position the latest pass filled."""
+    if not frame.committed:
+        return None
+    first = min(frame.committed)
+    return sum((piece or "").count("\n") for piece in frame.pieces[:first])
+
+
+def render_status(frame: Frame, note: str = "") -> Text:
+    """One line: `dcode-tiny · cpu · pass 12 · 40 masked · 3.1 tok/pass · 210 tok/s · 1.4 s`.
+    A `note` ("paused") leads the line in reverse, so a narrow terminal crops the numbers instead."""
+    parts = [
+        f"pass {frame.forward}",
+        *([f"repair {frame.repair_round}"] if frame.repair_round else []),
+        "done" if frame.settled else f"{frame.masked} masked",
+        f"{frame.tokens_per_pass:.1f} tok/pass",
+        f"{frame.tokens_per_second:.0f} tok/s",
+        f"{frame.elapsed:.1f} s",
+    ]
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if note:
+        text.append(f" {note} ", NOTE_STYLE)
+        text.append(" ")
+    text.append(frame.model, "bold")
+    text.append(" · ", "dim")
+    text.append(frame.device)
+    for part in parts:
+        text.append(" · ", "dim")
+        text.append(part)
+    return text
+
+
+def render_frame(frame: Frame, note: str = "") -> Group:
+    """Canvas above status: what the Rich Live fallback and the SVG export show."""
+    return Group(render_canvas(frame), render_status(frame, note))
+
+
+def export_svg(frame: Frame, path: str | Path, *, width: int = 80, title: str = "dcode new") -> str:
+    """Write the frame (canvas + status) as an SVG terminal picture, e.g. for the README."""
+    console = Console(record=True, file=StringIO(), width=width, force_terminal=True, color_system="truecolor")
+    console.print(render_frame(frame))
+    svg = console.export_svg(title=title)
+    Path(path).write_text(svg, encoding="utf-8")
+    return svg

@@ -1,0 +1,274 @@
+"""The live refinement view: the pipeline runs in a thread worker, widgets only draw Frames.
+
+Owns the Textual app (keys, pause, cancel, the final frame) and `run_live`, which picks the app,
+a Rich Live view on stderr, or no view at all. Knows nothing about models or tokenizers: it gets
+a callable that starts the event stream and a callable that turns an event into a render.Frame.
+
+Terminal streams: Textual's Linux/macOS driver (textual/drivers/linux_driver.py) writes to
+`sys.__stderr__` and reads keys from `sys.__stdin__`, so stdout may be redirected
+(`dcode new ... > f.py`) while the app draws; with a piped stdin it cannot read keys, and
+`run_live` falls back to Rich Live on stderr (see pick_view).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+from textual import events as textual_events
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widgets import Footer, Static
+
+from dcode.render import Frame, active_line, is_step, render_canvas, render_status
+
+Events = Callable[[], Iterator[object]]
+DescribeEvent = Callable[[object, float], Frame | None]
+View = Literal["auto", "textual", "rich", "none"]
+FRAMES_PER_SECOND = 30  # most frames the worker posts; the sampler never waits for the screen
+CATCH_UP_PER_SECOND = 10  # how often the app looks for a frame the worker held back
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What LiveApp.run() returns."""
+
+    result: object = None  # the stream's last non-step event (pipeline.Finished); None if none
+    cancelled: bool = False  # q or ctrl+c before the stream ended
+    error: Exception | None = None  # what the event source raised
+
+
+class FrameReady(Message):
+    def __init__(self, frame: Frame) -> None:
+        super().__init__()
+        self.frame = frame
+
+
+class StreamOver(Message):
+    def __init__(self, outcome: Outcome, frame: Frame | None) -> None:
+        super().__init__()
+        self.outcome = outcome
+        self.frame = frame
+
+
+class LiveApp(App[Outcome]):
+    """Draws the canvas as the sampler refines it. q / ctrl+c cancel, p pauses; once done the
+    settled frame stays until any key (or the app exits at once with exit_when_done)."""
+
+    CSS = """
+    #scroll { height: 1fr; }
+    #status { height: 1; background: $panel; }
+    """
+    BINDINGS = [
+        Binding("q", "cancel", "quit", priority=True),
+        Binding("ctrl+c", "cancel", "quit", show=False, priority=True),
+        Binding("p", "pause", "pause / resume", priority=True),
+    ]
+
+    def __init__(self, events: Events, describe_event: DescribeEvent, *, exit_when_done: bool = False) -> None:
+        super().__init__()
+        self.events = events
+        self.describe_event = describe_event
+        self.exit_when_done = exit_when_done
+        self.cancelled = threading.Event()  # checked by the worker between steps
+        self.running = threading.Event()  # cleared while paused: the worker pulls no event
+        self.running.set()
+        self.outcome: Outcome | None = None  # set once the stream is over
+        self.frame: Frame | None = None  # the frame on screen, redrawn with a note
+        self.latest: Frame | None = None  # the worker's newest frame, posted or held back
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="scroll"):
+            yield Static(id="canvas")
+        yield Static(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#status", Static).update("starting…")
+        # A frame held back (posted too soon after the previous one) is drawn by this timer, so
+        # the screen catches up while a slow pass blocks the worker.
+        self.set_interval(1 / CATCH_UP_PER_SECOND, self.catch_up)
+        self.consume()
+
+    # -- the worker thread: pulls events, describes them, posts frames ----------------------------
+
+    @work(thread=True, exit_on_error=False)
+    def consume(self) -> None:
+        began = time.perf_counter()
+        paused = 0.0  # seconds spent paused, left out of elapsed
+        posted = 0.0  # when the last frame was posted
+        last: Frame | None = None
+        result: object = None
+        stream: Iterator[object] | None = None
+        try:
+            stream = iter(self.events())
+            while True:
+                if not self.running.is_set():
+                    waited = time.perf_counter()
+                    self.running.wait()
+                    paused += time.perf_counter() - waited
+                if self.cancelled.is_set():
+                    return
+                try:
+                    event = next(stream)
+                except StopIteration:
+                    break
+                if not is_step(event):
+                    result = event
+                frame = self.describe_event(event, time.perf_counter() - began - paused)
+                if frame is None:
+                    continue
+                last = self.latest = frame
+                now = time.perf_counter()
+                if now - posted >= 1 / FRAMES_PER_SECOND:
+                    self.post_message(FrameReady(frame))
+                    posted = now
+        except Exception as error:  # handed to the caller, who reports it
+            self.post_message(StreamOver(Outcome(error=error), last))
+            return
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # a generator's cleanup runs here, in its own thread
+        self.post_message(StreamOver(Outcome(result=result), last))
+
+    # -- the UI thread: draws frames, handles keys --------------------------------------------------
+
+    def draw(self, frame: Frame | None) -> None:
+        if frame is not None:
+            self.frame = frame
+            self.query_one("#canvas", Static).update(render_canvas(frame))
+            self.follow(frame)
+        if self.frame is None:
+            return
+        note = ""
+        if self.outcome is not None:
+            note = "any key closes"
+        elif not self.running.is_set():
+            note = "paused"
+        self.query_one("#status", Static).update(render_status(self.frame, note))
+
+    def follow(self, frame: Frame) -> None:
+        """Keep the line the sampler just wrote in view; show the top once settled."""
+        scroll = self.query_one("#scroll", VerticalScroll)
+        line = 0 if frame.settled else active_line(frame)
+        if line is not None:
+            scroll.scroll_to(y=max(0, line - scroll.size.height // 2), animate=False, immediate=True)
+
+    def catch_up(self) -> None:
+        if self.outcome is None and self.latest is not None and self.latest is not self.frame:
+            self.draw(self.latest)
+
+    def on_frame_ready(self, message: FrameReady) -> None:
+        if self.outcome is None:
+            self.draw(message.frame)
+
+    def on_stream_over(self, message: StreamOver) -> None:
+        if self.cancelled.is_set():
+            return
+        self.outcome = message.outcome
+        if message.outcome.error is not None or self.exit_when_done:
+            self.exit(message.outcome)
+        else:
+            self.draw(message.frame)
+
+    def action_cancel(self) -> None:
+        if self.outcome is not None:
+            self.exit(self.outcome)
+            return
+        self.cancelled.set()
+        self.running.set()  # a paused worker wakes up, sees the flag and stops
+        self.exit(Outcome(cancelled=True))
+
+    def action_pause(self) -> None:
+        if self.outcome is not None:
+            self.exit(self.outcome)
+            return
+        if self.running.is_set():
+            self.running.clear()
+        else:
+            self.running.set()
+        self.draw(None)
+
+    def on_key(self, event: textual_events.Key) -> None:
+        if self.outcome is not None:
+            self.exit(self.outcome)
+
+
+# -- what the CLI calls ----------------------------------------------------------------------------
+
+
+def pick_view() -> Literal["textual", "rich"]:
+    """Textual when it can read keys (stdin is a terminal) and draw on one; else Rich Live.
+
+    Textual's Linux/macOS driver draws on sys.__stderr__, its Windows driver on sys.__stdout__,
+    so on Windows a redirected stdout also means Rich Live (which draws on stderr)."""
+    stdin, stderr, stdout = sys.__stdin__, sys.__stderr__, sys.__stdout__
+    screen = stdout if sys.platform == "win32" else stderr
+    if stdin is not None and screen is not None and stdin.isatty() and screen.isatty():
+        return "textual"
+    return "rich"
+
+
+def run_live(
+    events: Events, describe_event: DescribeEvent, *, view: View = "auto", exit_when_done: bool = False
+) -> object:
+    """Run the event stream under a live view and return its last non-step event (the Finished).
+
+    view: "textual" (the app on the terminal, via stderr), "rich" (Rich Live on stderr, no keys),
+    "none" (just drain), "auto" (pick_view()). Cancelling (q, ctrl+c) raises KeyboardInterrupt;
+    an exception from the stream is raised again here, in the caller's thread.
+    """
+    if view == "auto":
+        view = pick_view()
+    if view == "none":
+        result: object = None
+        for event in events():
+            if not is_step(event):
+                result = event
+        return result
+    if view == "rich":
+        return run_rich(events, describe_event)
+    outcome = LiveApp(events, describe_event, exit_when_done=exit_when_done).run()
+    if outcome is None or outcome.cancelled:
+        raise KeyboardInterrupt
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.result
+
+
+def run_rich(events: Events, describe_event: DescribeEvent, console: Console | None = None) -> object:
+    """The fallback: the same canvas and status in a transient Rich Live on stderr, on this
+    thread (so ctrl+c raises KeyboardInterrupt here). Returns the last non-step event."""
+    console = console or Console(stderr=True)
+    began = time.perf_counter()
+    result: object = None
+    with Live(console=console, transient=True, refresh_per_second=15) as live:
+        for event in events():
+            if not is_step(event):
+                result = event
+            frame = describe_event(event, time.perf_counter() - began)
+            if frame is not None:
+                live.update(live_frame(frame, console))
+    return result
+
+
+def live_frame(frame: Frame, console: Console) -> Group:
+    """Canvas and status for the fallback, the canvas cut to the lines that fit above the status,
+    centred on the line the sampler just wrote (Live cannot scroll)."""
+    keep = max(1, console.height - 2)
+    logical = render_canvas(frame).split("\n", allow_blank=True)
+    line = active_line(frame)
+    first = 0 if line is None else max(0, min(line - keep // 2, len(logical) - keep))
+    lines = Text("\n").join(logical[first:]).wrap(console, console.width)
+    return Group(Text("\n").join(lines[:keep]), render_status(frame))

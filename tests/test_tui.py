@@ -1,0 +1,290 @@
+"""The live view driven with App.run_test() and Pilot over a fake event source: hand-made Steps
+(torch tensors) and a final pipeline.Finished, counting how many events the worker pulled."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from io import StringIO
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+from test_render import ANSWER, EOS, MASK, PAD, Tokenizer, step
+from textual.widgets import Static
+
+from dcode import tui
+from dcode.pipeline import Finished
+from dcode.render import COMMITTED_STYLE, Describer
+from dcode.tui import LiveApp, Outcome, live_frame, run_live, run_rich
+
+CODE = "def add(a, b):\n    return a + b\n"
+FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
+
+
+def refinement() -> list:
+    """Five passes that fill ANSWER: the end first, then "def add(a, b):", then the body."""
+    order = [[9, 10], [0, 1, 2], [3, 4], [5, 6], [7, 8]]
+    canvas, steps = [MASK] * len(ANSWER), []
+    for forward, positions in enumerate(order, 1):
+        for i in positions:
+            canvas[i] = ANSWER[i]
+        steps.append(step(list(canvas), positions, forward))
+    return steps
+
+
+STEPS = refinement()
+
+
+class Source:
+    """The fake pipeline: `steps` then FINISHED (or `fail` raised), `delay` seconds before each;
+    `gate`, when given, is waited on before each event after the first two."""
+
+    def __init__(
+        self, steps: list, *, delay: float = 0.0, fail: Exception | None = None, gate: threading.Event | None = None
+    ) -> None:
+        self.steps, self.delay, self.fail, self.gate = steps, delay, fail, gate
+        self.pulled = 0
+        self.closed = False
+
+    def __call__(self):
+        try:
+            for i, s in enumerate([*self.steps, FINISHED]):
+                if self.gate is not None and i > 1:
+                    self.gate.wait(timeout=5)
+                time.sleep(self.delay)
+                if self.fail is not None and i == len(self.steps):
+                    raise self.fail
+                self.pulled += 1
+                yield s
+        finally:
+            self.closed = True
+
+
+def describer() -> Describer:
+    return Describer(Tokenizer(), MASK, length=len(ANSWER), model="fake", device="cpu", hidden={EOS, PAD})
+
+
+def canvas_text(app: LiveApp) -> str:
+    content = app.query_one("#canvas", Static).content  # a str until the first frame arrives
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+def status_text(app: LiveApp) -> str:
+    return str(app.query_one("#status", Static).content)
+
+
+async def until(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.02)
+
+
+def drive(app: LiveApp, script) -> Outcome | None:
+    """Run `script(pilot)` against the app in headless mode; the app's return value."""
+
+    async def main() -> None:
+        async with app.run_test(size=(60, 12)) as pilot:
+            await script(pilot)
+
+    asyncio.run(main())  # also joins the worker thread
+    return app.return_value
+
+
+def test_steps_render_then_the_final_frame_stays_until_a_key():
+    gate = threading.Event()
+    source = Source(STEPS[:3] + STEPS[4:], gate=gate)
+    app = LiveApp(source, describer())
+
+    async def script(pilot):
+        # the second pass is drawn while the source is held back: its tokens highlighted
+        await until(pilot, lambda: canvas_text(app) == "def add(a, b):······")
+        assert status_text(app).startswith("fake · cpu · pass 2 · 6 masked · 2.5 tok/pass")
+        spans = app.query_one("#canvas", Static).content.spans  # type: ignore[union-attr]
+        assert [(s.start, s.end, s.style) for s in spans[:3]] == [
+            (0, 3, COMMITTED_STYLE),
+            (3, 7, COMMITTED_STYLE),
+            (7, 14, COMMITTED_STYLE),
+        ]
+        gate.set()
+        await until(pilot, lambda: app.outcome is not None)
+        assert canvas_text(app) == CODE
+        assert status_text(app).startswith(" any key closes  fake · cpu · pass 4 · done")
+        spans = app.query_one("#canvas", Static).content.spans  # type: ignore[union-attr]
+        assert any(s.start == 0 and s.end == 3 for s in spans)  # "def" highlighted as a keyword
+        await pilot.pause(0.2)
+        assert app.is_running  # still showing the final frame
+        await pilot.press("x")
+
+    outcome = drive(app, script)
+    assert outcome == Outcome(result=FINISHED)
+    assert source.pulled == len(STEPS)
+
+
+def test_q_cancels_without_draining_the_source():
+    source = Source(STEPS * 60, delay=0.02)
+    app = LiveApp(source, describer())
+
+    async def script(pilot):
+        await until(pilot, lambda: source.pulled >= 3)
+        await pilot.press("q")
+
+    assert drive(app, script) == Outcome(cancelled=True)
+    assert source.pulled < len(STEPS) * 60
+    assert source.closed  # the worker closed the generator in its own thread
+
+
+def test_p_pauses_consumption_and_resumes():
+    source = Source(STEPS * 60, delay=0.01)
+    app = LiveApp(source, describer())
+
+    async def script(pilot):
+        await until(pilot, lambda: source.pulled >= 3)
+        await pilot.press("p")
+        await pilot.pause(0.1)  # an event being pulled when p was pressed may still arrive
+        held = source.pulled
+        await pilot.pause(0.4)
+        assert source.pulled == held
+        assert status_text(app).startswith(" paused  fake · cpu")
+        await pilot.press("p")
+        await until(pilot, lambda: source.pulled > held + 2)
+        assert "paused" not in status_text(app)
+        await pilot.press("ctrl+c")
+
+    assert drive(app, script) == Outcome(cancelled=True)
+
+
+def test_frames_are_dropped_but_the_last_is_drawn():
+    drawn = []
+
+    class Counting(LiveApp):
+        def on_frame_ready(self, message):
+            drawn.append(message.frame)
+            super().on_frame_ready(message)
+
+    source = Source(STEPS * 100)
+    app = Counting(source, describer())
+
+    async def script(pilot):
+        await until(pilot, lambda: app.outcome is not None)
+        assert canvas_text(app) == CODE
+        await pilot.press("enter")
+
+    assert drive(app, script) == Outcome(result=FINISHED)
+    assert source.pulled == len(STEPS) * 100 + 1
+    assert 1 <= len(drawn) < 100
+
+
+def test_the_view_follows_the_active_line_then_shows_the_top():
+    answer = [3, 6] * 30  # "def\n" thirty times: taller than the screen
+    steps = [step([*answer[:56], MASK, MASK, MASK, MASK], list(range(56)), 1), step(answer, [56, 57, 58, 59], 2)]
+    gate = threading.Event()
+    source = Source(steps, gate=gate)
+    long = Describer(Tokenizer(), MASK, length=len(answer), model="fake", device="cpu")
+    app = LiveApp(source, long)
+
+    async def script(pilot):
+        await until(pilot, lambda: "pass 2" in status_text(app))
+        scroll = app.query_one("#scroll")
+        await until(pilot, lambda: scroll.scroll_y > 15)  # line 28 written last, kept in view
+        gate.set()
+        await until(pilot, lambda: app.outcome is not None)
+        await until(pilot, lambda: scroll.scroll_y == 0)
+        await pilot.press("x")
+
+    assert drive(app, script) == Outcome(result=FINISHED)
+
+
+def test_exit_when_done_exits_by_itself():
+    source = Source(STEPS)
+    outcome = LiveApp(source, describer(), exit_when_done=True).run(headless=True, size=(60, 12))
+    assert outcome == Outcome(result=FINISHED)
+
+
+def test_an_exception_in_the_source_is_returned():
+    error = RuntimeError("CUDA out of memory")
+    source = Source(STEPS[:2], fail=error)
+    outcome = LiveApp(source, describer()).run(headless=True, size=(60, 12))  # exits even without exit_when_done
+    assert outcome is not None and outcome.error is error and not outcome.cancelled
+
+
+# -- run_live: what the CLI calls -------------------------------------------------------------------
+
+
+@pytest.fixture
+def headless(monkeypatch):
+    """LiveApp.run without a terminal, so run_live's textual path runs under pytest."""
+    run = LiveApp.run
+    monkeypatch.setattr(LiveApp, "run", lambda self, **kw: run(self, headless=True, size=(60, 12)))
+
+
+def test_run_live_textual_returns_the_finished_record(headless):
+    assert run_live(Source(STEPS), describer(), view="textual", exit_when_done=True) is FINISHED
+
+
+def test_run_live_raises_the_source_error_in_the_caller(headless):
+    error = ValueError("the prompt is empty")
+    with pytest.raises(ValueError) as raised:
+        run_live(Source([], fail=error), describer(), view="textual", exit_when_done=True)
+    assert raised.value is error
+
+
+def test_run_live_cancel_is_a_keyboard_interrupt(monkeypatch):
+    monkeypatch.setattr(LiveApp, "run", lambda self, **kw: Outcome(cancelled=True))
+    with pytest.raises(KeyboardInterrupt):
+        run_live(Source(STEPS), describer(), view="textual")
+
+
+def test_run_live_without_a_view_drains_the_source():
+    source = Source(STEPS)
+    assert run_live(source, describer(), view="none") is FINISHED
+    assert source.pulled == len(STEPS) + 1
+
+
+def test_rich_fallback_draws_the_same_canvas_on_its_console():
+    out = StringIO()
+    console = Console(file=out, width=40, height=10, force_terminal=True, color_system=None)
+    assert run_rich(Source(STEPS), describer(), console=console) is FINISHED
+    assert "return" in out.getvalue() and "pass 5" in out.getvalue()
+
+
+@pytest.mark.parametrize(("committed", "shown"), [(17, range(15, 19)), (1, range(0, 4)), (None, range(0, 4))])
+def test_rich_fallback_shows_the_lines_around_the_latest_pass(committed, shown):
+    base = describer()(step(ANSWER, [0], 1), 0.5)
+    assert base is not None
+    pieces = tuple(f"line{i}\n" for i in range(20))
+    frame = replace(base, pieces=pieces, committed=frozenset() if committed is None else frozenset({committed}))
+    console = Console(file=StringIO(), width=40, height=6, color_system=None)
+    console.print(live_frame(frame, console))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert lines[:4] == [f"line{i}" for i in shown]
+    assert lines[4].startswith("fake · cpu · pass 1") and len(lines) == 5
+
+
+class Stream(StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize(
+    ("platform", "stdin", "stdout", "stderr", "view"),
+    [
+        ("linux", True, False, True, "textual"),  # stdout redirected: Textual draws on stderr
+        ("linux", False, True, True, "rich"),  # piped prompt: no keys
+        ("win32", True, False, True, "rich"),  # Textual's Windows driver draws on stdout
+        ("win32", True, True, True, "textual"),
+    ],
+)
+def test_pick_view(monkeypatch, platform, stdin, stdout, stderr, view):
+    monkeypatch.setattr(tui.sys, "platform", platform)
+    for name, tty in (("__stdin__", stdin), ("__stdout__", stdout), ("__stderr__", stderr)):
+        monkeypatch.setattr(tui.sys, name, Stream(tty))
+    assert tui.pick_view() == view
