@@ -51,7 +51,8 @@ def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[s
     seconds = 0.0
     for prompt in prompts:
         began = time.perf_counter()
-        finished = [e for e in pipeline.new(model, prompt, "python", length, config) if isinstance(e, pipeline.Finished)][0]
+        events = pipeline.new(model, prompt, "python", length, config, repair_rounds=0)
+        finished = next(e for e in events if isinstance(e, pipeline.Finished))
         seconds += time.perf_counter() - began
         forwards += finished.forward
         tokens += finished.tokens
@@ -88,16 +89,19 @@ def main() -> None:
         config = replace(config, cache=not args.no_cache)
         results[name] = run(model, prompts, args.length, config)
     base = results["one-per-pass"]
-    print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {torch.get_num_threads()}")
-    print(f"{'setting':<15}{'passes':>8}{'tokens':>8}{'TPF':>7}{'tok/s':>8}{'wall s':>8}{'real code':>10}{'speed-up':>9}")
+    threads = torch.get_num_threads()
+    print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {threads}")
+    header = ("setting", "passes", "tokens", "TPF", "tok/s", "wall s", "real code", "speed-up")
+    print(f"{header[0]:<15}" + "".join(f"{h:>9}" for h in header[1:]))
     for name, r in results.items():
         speedup = r["tokens_per_second"] / base["tokens_per_second"] if base["tokens_per_second"] else 0
         print(
-            f"{name:<15}{r['forward_passes']:>8}{r['tokens']:>8}{r['tokens_per_forward']:>7.2f}"
-            f"{r['tokens_per_second']:>8.1f}{r['wall_seconds']:>8.1f}{r['real_code_rate']:>10.0%}{speedup:>8.2f}x"
+            f"{name:<15}{r['forward_passes']:>9}{r['tokens']:>9}{r['tokens_per_forward']:>9.2f}"
+            f"{r['tokens_per_second']:>9.1f}{r['wall_seconds']:>9.1f}{r['real_code_rate']:>9.0%}{speedup:>8.2f}x"
         )
     if args.json:
-        args.json.write_text(json.dumps({"model": model.facts.name, "length": args.length, "results": results}, indent=2))
+        report = {"model": model.facts.name, "length": args.length, "threads": threads, "results": results}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""The repair pass measured two ways, with the embedded model (or --model) on this machine.
+
+    python benchmarks/repair.py                 # both parts
+    python benchmarks/repair.py --prompts 5 --files 10
+
+1) Generation: every python prompt of benchmarks/prompts.jsonl through `dcode new`'s pipeline with
+   repair off and on (same seed, so the draft is identical): parse-valid rate, rounds used, share
+   of tokens regenerated, extra forward passes and extra seconds.
+2) Corrupted real code: top-level functions from the standard library's test/ folder (held out
+   from training), each broken by deleting a random span inside one statement's line, then run
+   through the repair pass: share restored to valid, and share of bytes outside the damaged lines
+   left identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import random
+import sysconfig
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from dcode import pipeline
+from dcode.config import SamplerConfig
+from dcode.models import load
+from dcode.repair import Repaired
+from dcode.syntax import find_issues
+
+PROMPTS = Path(__file__).with_name("prompts.jsonl")
+
+
+def generation(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
+    valid_raw = valid_fixed = rounds = regenerated = tokens = extra_forward = 0
+    draft_seconds = extra_seconds = 0.0
+    for prompt in prompts:
+        events = pipeline.new(model, prompt, "python", length, config, 3)
+        finished = next(e for e in events if isinstance(e, pipeline.Finished))
+        done = finished.repair
+        assert done is not None
+        valid_raw += done.issues_before == 0
+        valid_fixed += done.issues_after == 0
+        rounds += done.rounds
+        regenerated += done.tokens
+        tokens += finished.tokens
+        extra_forward += done.forward
+        draft_seconds += finished.seconds
+        extra_seconds += done.seconds
+    n = len(prompts)
+    return {
+        "prompts": n,
+        "valid_without_repair": valid_raw / n,
+        "valid_with_repair": valid_fixed / n,
+        "mean_rounds": rounds / n,
+        "share_of_tokens_regenerated": regenerated / max(1, tokens),
+        "extra_forward_passes": extra_forward / n,
+        "extra_seconds_mean": extra_seconds / n,
+        "extra_time_share": extra_seconds / max(1e-9, draft_seconds),
+    }
+
+
+def held_out_functions(limit: int, rng: random.Random) -> list[str]:
+    """Top-level functions of 6-40 lines from the standard library's test/ folder."""
+    folder = Path(sysconfig.get_paths()["stdlib"]) / "test"
+    found: list[str] = []
+    for path in sorted(folder.glob("test_*.py")):
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines(keepends=True)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and 6 <= node.end_lineno - node.lineno + 1 <= 40:
+                found.append("".join(lines[node.lineno - 1 : node.end_lineno]))
+    rng.shuffle(found)
+    return found[:limit]
+
+
+def corrupt(code: str, rng: random.Random) -> tuple[str, int, int] | None:
+    """Delete a random span inside one non-blank body line so the code stops parsing.
+    Returns (broken code, first byte of the damaged line, end byte of it in the broken code)."""
+    lines = code.splitlines(keepends=True)
+    for _ in range(20):
+        index = rng.randrange(1, len(lines))
+        line = lines[index]
+        body = line.rstrip("\n")
+        stripped = len(body) - len(body.lstrip())
+        if len(body) - stripped < 4:
+            continue
+        a = rng.randrange(stripped, len(body) - 1)
+        b = rng.randrange(a + 1, min(len(body), a + 12) + 1)
+        broken_line = body[:a] + body[b:] + line[len(body) :]
+        broken = "".join(lines[:index] + [broken_line] + lines[index + 1 :])
+        if find_issues(broken, "python"):
+            start = len("".join(lines[:index]).encode())
+            return broken, start, start + len(broken_line.encode())
+    return None
+
+
+def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random) -> dict[str, float]:
+    restored = cases = 0
+    outside_same = outside_total = 0
+    seconds = 0.0
+    for code in functions:
+        damaged = corrupt(code, rng)
+        if damaged is None:
+            continue
+        broken, start, end = damaged
+        began = time.perf_counter()
+        done = next(
+            e for e in pipeline.repair_file(model, broken, "python", "test.py", config, 3) if isinstance(e, Repaired)
+        )
+        seconds += time.perf_counter() - began
+        cases += 1
+        restored += done.issues_after == 0
+        before, after = broken.encode(), done.code.encode()
+        tail = len(before) - end
+        prefix_same = after[:start] == before[:start]
+        suffix_same = tail == 0 or after[-tail:] == before[-tail:]
+        outside_total += start + tail
+        outside_same += (start if prefix_same else 0) + (tail if suffix_same else 0)
+    return {
+        "cases": cases,
+        "restored_to_valid": restored / max(1, cases),
+        "bytes_outside_damaged_lines_identical": outside_same / max(1, outside_total),
+        "seconds_mean": seconds / max(1, cases),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--prompts", type=int, default=0, help="limit the prompts (0 = all python ones)")
+    parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    model = load(args.model)
+    config = SamplerConfig()
+    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+    prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
+    rng = random.Random(0)
+    results = {
+        "model": model.facts.name,
+        "generation": generation(model, prompts, args.length, config),
+        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng),
+    }
+    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
