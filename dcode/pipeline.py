@@ -165,3 +165,198 @@ def repair_file(
 
 def report_json(finished: Finished, extra: dict[str, object]) -> str:
     return json.dumps({"code": finished.code, **extra, **finished.metadata()}, indent=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# edit: regenerate one region of an existing file, conditioned on an instruction and the code
+# around it. Every byte outside the region is copied as is.
+
+
+@dataclass(frozen=True)
+class Edited:
+    code: str  # the new file: the source with the region rewritten (and repaired, if that was kept)
+    region: tuple[int, int]  # the byte span of the source that was rewritten
+    new_region: tuple[int, int]  # the byte span of its replacement in code
+    prompt_tokens: int
+    context_tokens: int  # tokens of the unchanged text around the region, on the canvas
+    region_tokens: int  # tokens of the region before the edit
+    tokens: int  # tokens the draft kept for the region (end and pad tokens dropped)
+    canvas: int  # masks the sampler filled: the region's budget
+    forward: int  # forward passes of the draft
+    seconds: float  # sampling wall time of the draft
+    original_errors: int | None  # syntax issues in the source (None: the language is not checked)
+    errors_after: int | None  # syntax issues left in code
+    repair: Repaired | None = None  # what the repair pass did (None: not needed, or off)
+    repair_used: bool = False  # its result is in code (it is dropped if it touched text outside the region)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens / self.forward if self.forward else 0.0
+
+    @property
+    def broke(self) -> bool:
+        """The source parsed and code does not."""
+        return self.original_errors == 0 and bool(self.errors_after)
+
+    def metadata(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "region": {"start_byte": self.region[0], "end_byte": self.region[1]},
+            "new_region": {"start_byte": self.new_region[0], "end_byte": self.new_region[1]},
+            "prompt_tokens": self.prompt_tokens,
+            "context_tokens": self.context_tokens,
+            "region_tokens": self.region_tokens,
+            "tokens": self.tokens,
+            "canvas": self.canvas,
+            "forward_passes": self.forward,
+            "tokens_per_forward": round(self.tokens_per_forward, 3),
+            "seconds": round(self.seconds, 3),
+            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
+            "original_errors": self.original_errors,
+            "errors_after": self.errors_after,
+        }
+        if self.repair is not None:
+            out["repair"] = {**repair_metadata(self.repair), "used": self.repair_used}
+        return out
+
+
+def edit_budget(region_tokens: int) -> int:
+    """Masks for a region of n tokens: n plus max(16, 50%) of room, so an edit may add lines.
+    Example: edit_budget(10) -> 26; edit_budget(100) -> 150."""
+    return region_tokens + max(16, -(-region_tokens // 2))
+
+
+def fit_region(text: str, old: str) -> str:
+    """The decoded region as whole lines in the old region's line-ending style: trailing blank
+    lines and spaces dropped, leading blank lines too (unless the old region began with one), and
+    a line ending after the last line unless the old region ended the file without one. Blank
+    text stays blank: the edit deleted the region.
+    Example: fit_region("\\n  x = 1\\n\\n", "  x = 0\\r\\n") -> "  x = 1\\r\\n"."""
+    import re
+
+    newline = "\r\n" if "\r\n" in old else "\n"
+    body = text.replace("\r\n", "\n").rstrip()
+    if old.split("\n", 1)[0].strip() or not old:
+        body = re.sub(r"\A(?:[ \t]*\n)+", "", body)
+    if not body:
+        return ""
+    return body.replace("\n", newline) + (newline if old.endswith("\n") or not old else "")
+
+
+def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:
+    """(syntax issues in code, whether one touches the byte span), or None for a language dcode
+    cannot check."""
+    from dcode.syntax import UnknownLanguage, find_issues
+
+    try:
+        found = find_issues(code, language)
+    except (UnknownLanguage, ImportError):
+        return None
+    return len(found), any(i.start_byte <= span[1] and i.end_byte >= span[0] for i in found)
+
+
+def edit(
+    model: Denoiser,
+    source: str,
+    region: tuple[int, int],
+    instruction: str,
+    language: str,
+    config: SamplerConfig,
+    length: int | None = None,
+    repair_rounds: int = 3,
+    name: str = "the file",
+) -> Iterator[Step | RepairRound | Edited]:
+    """Rewrite the byte span `region` of source (whole lines) as `instruction` asks. Yields the
+    draft's steps, the repair pass's steps and rounds when the edit broke the syntax, then Edited.
+
+    The canvas is prompt + text before the region + masks + text after it, so the model sees the
+    code on both sides (a block-causal model such as dcode-tiny only uses what comes before).
+    `length` masks, or the region's tokens plus max(16, 50%), so the region can grow; masks filled
+    with end or pad tokens are dropped, so it can shrink. The result is spliced on bytes: every
+    byte outside the region is the source's. A repair is kept only if it leaves them so too.
+    `name` names the file in error messages.
+    """
+    from dataclasses import replace
+
+    # 1) the pieces of the canvas
+    if not instruction.strip():
+        raise InputError("the instruction is empty")
+    data = source.encode()
+    a, b = region
+    if not 0 <= a <= b <= len(data):
+        raise ValueError(f"region {region} is outside the {len(data)}-byte source")
+    try:
+        before, old, after = data[:a].decode(), data[a:b].decode(), data[b:].decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"region {region} splits a UTF-8 character") from None
+    facts = model.facts
+    ids = prompt_ids(model, instruction, language)
+    head, body, tail = (
+        list(model.tokenizer.encode(t, add_special_tokens=False)) if t else [] for t in (before, old, after)
+    )
+    fixed, limit = len(ids) + len(head) + len(tail), facts.max_length
+    if length is not None:
+        if length < 1:
+            raise InputError("--length must be at least 1 token")
+        if fixed + length > limit:
+            raise InputError(
+                f"--length {length} plus the {len(ids)}-token prompt and the {len(head) + len(tail)} tokens of "
+                f"{name} around the region exceeds the model's context of {limit} tokens by {fixed + length - limit}"
+            )
+        budget = length
+    else:
+        budget = min(edit_budget(len(body)), limit - fixed)  # less room rather than no edit
+        if budget < max(1, len(body)):
+            over = fixed + max(1, len(body)) - limit
+            raise InputError(
+                f"{name} is {len(head) + len(body) + len(tail)} tokens; with the {len(ids)}-token prompt that "
+                f"exceeds the model's context of {limit} tokens by {over}"
+            )
+    start = len(ids) + len(head)
+    canvas = torch.tensor(ids + head + [facts.mask_id] * budget + tail, dtype=torch.long)
+
+    # 2) the same sampler fills the masks; a region in the middle of the file must not end it
+    began = time.perf_counter()
+    last: Step | None = None
+    for last in denoise(model, canvas, start, replace(config, stop_at_eos=False)):
+        yield last
+    assert last is not None
+    drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
+    kept = [t for t in last.canvas[start : start + budget].tolist() if t not in drop]
+    text = fit_region(decode(model, kept), old)
+    seconds = time.perf_counter() - began
+    code = before + text + after
+    new_region = (a, a + len(text.encode()))
+
+    # 3) check; repair only when the edit broke something, and keep it only if the rest is intact
+    original, found = _check(source, language, region), _check(code, language, new_region)
+    repaired: Repaired | None = None
+    used = False
+    if found is not None and found[0] and repair_rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
+        for event in repair(model, ids, code, language, config, rounds=repair_rounds):
+            if isinstance(event, Repaired):
+                repaired = event
+            else:
+                yield event
+        assert repaired is not None
+        fixed_data, suffix = repaired.code.encode(), after.encode()
+        intact = fixed_data[:a] == data[:a] and fixed_data.endswith(suffix) and len(fixed_data) - len(suffix) >= a
+        if repaired.code != code and intact:
+            code, used = repaired.code, True
+            new_region = (a, len(fixed_data) - len(suffix))
+            found = _check(code, language, new_region)
+    yield Edited(
+        code=code,
+        region=(a, b),
+        new_region=new_region,
+        prompt_tokens=len(ids),
+        context_tokens=len(head) + len(tail),
+        region_tokens=len(body),
+        tokens=len(kept),
+        canvas=budget,
+        forward=last.forward,
+        seconds=seconds,
+        original_errors=None if original is None else original[0],
+        errors_after=None if found is None else found[0],
+        repair=repaired,
+        repair_used=used,
+    )
