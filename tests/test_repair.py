@@ -24,7 +24,7 @@ from dcode.repair import (
     widen,
 )
 from dcode.sampler import Step
-from dcode.syntax import language_of, find_issues
+from dcode.syntax import find_issues, language_of
 
 PAD, EOS, MASK = 0, 1, 2
 
