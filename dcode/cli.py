@@ -132,6 +132,11 @@ def load_model(spec: str | None, device: str) -> Denoiser:
         fail(f"cannot load model {spec or 'dcode-tiny'}: {error}", RUNTIME)
 
 
+def view_mode(quiet: bool, live: bool | None) -> str:
+    """'auto' (Textual, or Rich Live when stdin is piped) when a view will draw, else 'none'."""
+    return "auto" if show_progress(quiet, live) else "none"
+
+
 def show_progress(quiet: bool, live: bool | None) -> bool:
     """The live view only on a terminal's stderr, never with -q, --no-live or TERM=dumb."""
     if quiet or live is False or os.environ.get("TERM") == "dumb":
@@ -253,7 +258,7 @@ def new(
         finished = tui.run_live(
             lambda: pipeline.new(denoiser, text, language, length, config, rounds),
             describer,
-            view="auto" if show_progress(quiet, live) else "none",
+            view=view_mode(quiet, live),
             exit_when_done=exit_when_done,
         )
     except typer.Exit:
@@ -543,7 +548,7 @@ def edit_command(
         edited = tui.run_live(
             lambda: pipeline.edit(denoiser, source, region, text, language, config, length, rounds, name=str(file)),
             describer,
-            view="auto" if show_progress(quiet, live) else "none",
+            view=view_mode(quiet, live),
             exit_when_done=exit_when_done,
         )
     except typer.Exit:

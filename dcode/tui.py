@@ -35,8 +35,8 @@ from dcode.render import Frame, active_line, is_step, render_canvas, render_stat
 Events = Callable[[], Iterator[object]]
 DescribeEvent = Callable[[object, float], Frame | None]
 View = Literal["auto", "textual", "rich", "none"]
-FRAMES_PER_SECOND = 30  # most frames the worker posts; the sampler never waits for the screen
-CATCH_UP_PER_SECOND = 10  # how often the app looks for a frame the worker held back
+FRAMES_PER_SECOND = 4  # most frames the worker posts: each costs the sampler ~20 ms of GIL time
+CATCH_UP_PER_SECOND = 2  # how often the app looks for a frame the worker held back
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ class LiveApp(App[Outcome]):
         self.outcome: Outcome | None = None  # set once the stream is over
         self.frame: Frame | None = None  # the frame on screen, redrawn with a note
         self.latest: Frame | None = None  # the worker's newest frame, posted or held back
+        self.canvas_lines = -1  # lines of the canvas on screen, to skip re-layout when unchanged
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="scroll"):
@@ -147,7 +148,11 @@ class LiveApp(App[Outcome]):
     def draw(self, frame: Frame | None) -> None:
         if frame is not None:
             self.frame = frame
-            self.query_one("#canvas", Static).update(render_canvas(frame))
+            text = render_canvas(frame)
+            lines = text.plain.count("\n")
+            # Re-layout only when the canvas changed height: layout dominates a frame's cost.
+            self.query_one("#canvas", Static).update(text, layout=lines != self.canvas_lines)
+            self.canvas_lines = lines
             self.follow(frame)
         if self.frame is None:
             return
