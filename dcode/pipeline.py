@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 
@@ -163,7 +163,7 @@ def repair_file(
     yield from repair(model, ids, source, language, config, rounds=rounds)
 
 
-def report_json(finished: Finished, extra: dict[str, object]) -> str:
+def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
     return json.dumps({"code": finished.code, **extra, **finished.metadata()}, indent=2)
 
 

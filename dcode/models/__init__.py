@@ -1,50 +1,203 @@
-"""Resolve a model spec (nothing, a folder) and load it with its family module.
+"""Resolve a model spec (nothing, a folder, a Hugging Face id) and load it with its family module.
 
-Owns: where the embedded model lives and which family module reads a checkpoint.
-Heavy imports (torch, transformers) happen inside load(), never at import time.
+Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
+`model_type`, else `architectures`), finding an id in the local Hugging Face cache, listing the
+models there, and merging a family's sampler defaults into the user's settings. Never downloads
+and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
+load(), never at import time; listing reads safetensors headers with json alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from dcode.models import checkpoint
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EMBEDDED", "EMBEDDED_NAME", "Denoiser", "ModelError", "ModelFacts", "load", "resolve"]
+__all__ = [
+    "EMBEDDED",
+    "EMBEDDED_NAME",
+    "FAMILIES",
+    "Denoiser",
+    "ModelError",
+    "ModelFacts",
+    "ModelInfo",
+    "apply_defaults",
+    "default_cache_dir",
+    "family_of",
+    "list_models",
+    "load",
+    "model_info",
+    "require_family",
+    "resolve",
+]
 
 EMBEDDED_NAME = "dcode-tiny"
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / EMBEDDED_NAME
-# config.json model_type values read by the Qwen2-layer family module.
-QWEN2_TYPES = frozenset({"qwen2"})
 
 
-def resolve(spec: str | None) -> tuple[Path, str]:
-    """A model spec -> (local folder, display name). None or 'dcode-tiny' is the embedded model."""
+@dataclass(frozen=True)
+class Family:
+    module: str  # dcode.models.<module> has load(folder, device, dtype, name, config)
+    model_types: frozenset[str]  # config.json model_type, lower-case
+    architectures: frozenset[str]  # config.json architectures, tried when model_type is unknown
+
+
+# Families dcode loads on transformers' own classes, by the name facts.family reports.
+FAMILIES = {
+    "dream": Family("dream", frozenset({"dream"}), frozenset({"DreamModel"})),
+    "llada": Family("llada", frozenset({"llada"}), frozenset({"LLaDAModelLM"})),
+    "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),
+    "qwen3": Family("qwen2", frozenset({"qwen3"}), frozenset()),  # SDAR-style: same module
+}
+# Known diffusion checkpoints dcode cannot run yet, with the reason (model_type -> why).
+NOT_YET = {
+    "diffusion_gemma": "DiffusionGemma is uniform-noise diffusion (no mask token): dcode's sampler cannot run it yet",
+}
+
+
+def family_of(config: Mapping[str, Any]) -> str | None:
+    """The family that reads a config.json, by model_type, then by architectures; None if none."""
+    model_type = str(config.get("model_type") or "").lower()
+    architectures = config.get("architectures")
+    names = {a for a in architectures if isinstance(a, str)} if isinstance(architectures, list) else set()
+    for family, spec in FAMILIES.items():
+        if model_type in spec.model_types:
+            return family
+    for family, spec in FAMILIES.items():
+        if names & spec.architectures:
+            return family
+    return None
+
+
+def require_family(config: Mapping[str, Any], where: Path | str) -> str:
+    """family_of(config), or a one-line ModelError naming the supported families."""
+    family = family_of(config)
+    if family is not None:
+        return family
+    model_type = config.get("model_type")
+    if str(model_type).lower() in NOT_YET:
+        raise ModelError(f"{where}: {NOT_YET[str(model_type).lower()]}")
+    raise ModelError(f"{where}: unsupported model_type {model_type!r} (supported: {', '.join(sorted(FAMILIES))})")
+
+
+def default_cache_dir() -> Path:
+    """huggingface_hub's cache folder (it reads HF_HUB_CACHE / HF_HOME; dcode does not)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path, str]:
+    """A model spec -> (local folder, display name). None or 'dcode-tiny' is the embedded model; an
+    existing path is a folder; 'org/name' is looked up in the Hugging Face cache (`cache_dir`,
+    default huggingface_hub's), never downloaded."""
     if spec is None or spec == EMBEDDED_NAME:
         return EMBEDDED, EMBEDDED_NAME
     folder = Path(spec).expanduser()
-    if not folder.exists():
-        raise ModelError(f"model folder not found: {spec}")
-    if not folder.is_dir():
-        raise ModelError(f"--model must be a folder holding config.json, got a file: {spec}")
-    return folder, spec
+    if folder.exists():
+        if not folder.is_dir():
+            raise ModelError(f"--model must be a folder holding config.json, got a file: {spec}")
+        return folder, spec
+    if checkpoint.is_repo_id(spec):
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        snapshot = checkpoint.cached_snapshot(cache, spec)
+        if snapshot is None:
+            raise ModelError(
+                f"{spec} is neither a folder nor in the Hugging Face cache ({cache}): "
+                f"run `dcode models pull {spec}` to download it"
+            )
+        return snapshot, spec
+    raise ModelError(f"model folder not found: {spec}")
 
 
-def load(spec: str | None, device: torch.device | None = None, dtype: torch.dtype | None = None) -> Denoiser:
-    """Load the model named by `spec` onto `device` (default CPU, float32)."""
+def load(
+    spec: str | None,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    *,
+    cache_dir: Path | str | None = None,
+) -> Denoiser:
+    """Load the model named by `spec` onto `device` (default CPU, float32).
+
+    `spec`: None / 'dcode-tiny', a checkpoint folder, or a Hugging Face id in the local cache.
+    Raises ModelError (one line) for anything that is not a loadable checkpoint.
+    """
     import torch
 
-    from dcode.models import qwen2
+    folder, name = resolve(spec, cache_dir)
+    config = checkpoint.read_config(folder)
+    family = require_family(config, folder)
+    module = importlib.import_module(f"dcode.models.{FAMILIES[family].module}")
+    model: Denoiser = module.load(folder, device or torch.device("cpu"), dtype or torch.float32, name, config)
+    return model
 
-    folder, name = resolve(spec)
-    config = qwen2.read_config(folder)
-    model_type = config.get("model_type")
-    if model_type not in QWEN2_TYPES:
-        raise ModelError(
-            f"{folder}: unsupported model_type {model_type!r} (supported: {', '.join(sorted(QWEN2_TYPES))})"
-        )
-    return qwen2.load(folder, device or torch.device("cpu"), dtype or torch.float32, name)
+
+T = TypeVar("T")
+
+
+def apply_defaults(config: T, defaults: Mapping[str, object], explicit: Collection[str]) -> T:
+    """`config` (a dataclass, e.g. SamplerConfig) with a family's recommended value for every
+    field in `defaults` the user did not set explicitly (`explicit`: field names).
+    Example: apply_defaults(SamplerConfig(), {"temperature": 0.1}, {"temperature"}) changes nothing."""
+    changes = {key: value for key, value in defaults.items() if key not in explicit}
+    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing, without torch
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # what --model accepts: "dcode-tiny" or a Hugging Face id
+    path: Path  # the folder load() reads
+    family: str  # a key of FAMILIES
+    parameters: int | None  # counted from the safetensors headers, else estimated from config.json
+    dtype: str | None  # the weights' dtype as torch names it ("bfloat16"); None without weights
+    size_bytes: int  # bytes of the weight files present
+    complete: bool  # every weight file is there and whole (False: an interrupted download)
+
+
+def model_info(name: str, folder: Path) -> ModelInfo:
+    """What `dcode models` shows about a checkpoint folder; ModelError if no family reads it.
+    An interrupted download (missing shard, truncated file) is complete=False, not an error."""
+    config = checkpoint.read_config(folder)
+    family = require_family(config, folder)
+    try:
+        files = checkpoint.weight_files(folder)
+        tensors = checkpoint.read_headers(folder)
+        complete = True
+    except ModelError:
+        files, tensors, complete = [p for p in folder.glob("*.safetensors") if p.is_file()], {}, False
+    counted = sum(t.count for t in tensors.values())
+    return ModelInfo(
+        name=name,
+        path=folder,
+        family=family,
+        parameters=counted or checkpoint.estimate_parameters(config),
+        dtype=checkpoint.main_dtype(tensors),
+        size_bytes=sum(p.stat().st_size for p in files),
+        complete=complete,
+    )
+
+
+def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
+    """The embedded model, then every checkpoint of a supported family in the Hugging Face cache
+    (`cache_dir`, default huggingface_hub's), by id. Reads config.json and safetensors headers only."""
+    found = [model_info(EMBEDDED_NAME, EMBEDDED)]
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    for repo_id, snapshot in checkpoint.cached_repos(cache):
+        try:
+            found.append(model_info(repo_id, snapshot))
+        except ModelError:  # another library's model, or a config.json that is not JSON
+            continue
+    return found

@@ -7,7 +7,8 @@ tests' fake all satisfy it; nothing inherits from a dcode class.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -30,6 +31,10 @@ class ModelFacts:
     max_length: int  # longest canvas (prompt + answer) the model's positions allow
     vocab_size: int
     prompt: str = "new"  # prompt template in dcode/prompts ("new-bare" for models trained on bare requests)
+    # The family's recommended sampler settings, as SamplerConfig field names -> values (e.g.
+    # {"ordering": "entropy", "temperature": 0.1}); the CLI applies them to options the user left
+    # unset (dcode.models.apply_defaults). Not hashed: a dict.
+    defaults: Mapping[str, object] = field(default_factory=dict, hash=False)
 
 
 class Cache(Protocol):

@@ -17,7 +17,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Split = Literal["train", "valid", "heldout"]
 
@@ -60,7 +60,7 @@ def split_of(relative: str) -> Split:
 
 def license_of(dist: metadata.Distribution) -> str | None:
     """The distribution's licence if it is permissive, else None."""
-    meta = dist.metadata
+    meta: Any = dist.metadata  # an email.message.Message at run time
     text = " ".join(
         [meta.get("License-Expression") or "", (meta.get("License") or "")[:200]]
         + [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
@@ -156,7 +156,7 @@ def units_of(source: str, origin: str) -> Iterator[Unit]:
         first = min([node.lineno] + [d.lineno for d in node.decorator_list])
         segment = "\n".join(lines[first - 1 : node.end_lineno])
         code = textwrap.dedent(segment).strip() + "\n"
-        kind = "class" if isinstance(node, ast.ClassDef) else "function"
+        kind: Literal["class", "function"] = "class" if isinstance(node, ast.ClassDef) else "function"
         comment = leading_comment(lines, first)
         prompt = prompt_for(kind, node.name, ast.get_docstring(node), comment, f"{origin}:{first}")
         yield Unit(prompt, code, kind, f"{origin}:{first}")

@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer
 
 from dcode.train import corpus
-from dcode.train.tokenizer import CODE, EOS, PAD, PROMPT, save_tokenizer, train_tokenizer
+from dcode.train.tokenizer import CODE, EOS, PAD, PROMPT, save_tokenizer, special_id, train_tokenizer
 
 # Longest prompt kept, in tokens; longer docstrings are cut (prompts are short requests).
 MAX_PROMPT = 48
@@ -65,10 +65,11 @@ def flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def encode_units(tokenizer: Tokenizer, units: list[corpus.Unit]) -> Examples:
     """Tokenize units, dropping those whose code does not fit MAX_CODE tokens with its EOS."""
-    eos = tokenizer.token_to_id(EOS)
+    eos = special_id(tokenizer, EOS)
     prompts = tokenizer.encode_batch([u.prompt for u in units], add_special_tokens=False)
     codes = tokenizer.encode_batch([u.code for u in units], add_special_tokens=False)
-    kept_prompts, kept_codes = [], []
+    kept_prompts: list[list[int]] = []
+    kept_codes: list[list[int]] = []
     for p, c in zip(prompts, codes, strict=True):
         if len(c.ids) + 1 > MAX_CODE:
             continue
@@ -99,7 +100,7 @@ class Batcher:
     def __init__(self, examples: Examples, tokenizer: Tokenizer, seed: int) -> None:
         self.examples = examples
         self.rng = np.random.default_rng(seed)
-        self.ids = {t: tokenizer.token_to_id(t) for t in (PAD, EOS, PROMPT, CODE)}
+        self.ids = {t: special_id(tokenizer, t) for t in (PAD, EOS, PROMPT, CODE)}
         self.lengths = examples.code_lengths()
 
     def sequence(self, i: int) -> tuple[np.ndarray, int]:

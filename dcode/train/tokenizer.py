@@ -49,6 +49,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return tokenizer
 
 
+def special_id(tokenizer: Tokenizer, token: str) -> int:
+    """The id of a special token the tokenizer must have."""
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise ValueError(f"the tokenizer has no {token} token")
+    return int(found)
+
+
 def save_tokenizer(tokenizer: Tokenizer, folder: Path) -> None:
     """Write tokenizer.json and a tokenizer_config.json that transformers' AutoTokenizer reads."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from dcode.train.data import Batcher, Examples
-from dcode.train.tokenizer import EOS, MASK, PAD
+from dcode.train.tokenizer import EOS, MASK, PAD, special_id
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Trainer:
     def __init__(self, data: Path, run: Path, cfg: TrainConfig) -> None:
         self.run, self.data, self.cfg = run, data, cfg
         self.tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
-        self.ids = {t: self.tokenizer.token_to_id(t) for t in (PAD, EOS, MASK)}
+        self.ids = {t: special_id(self.tokenizer, t) for t in (PAD, EOS, MASK)}
         self.train = Batcher(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
         self.valid = Examples.load(data / "valid.npz")
         torch.manual_seed(cfg.seed)
@@ -223,7 +223,7 @@ class Trainer:
         torch.save(state, self.run / "checkpoint.tmp")
         (self.run / "checkpoint.tmp").replace(self.run / "checkpoint.pt")
 
-    def log(self, record: dict[str, float | int | str]) -> None:
+    def log(self, record: dict[str, object]) -> None:
         with (self.run / "log.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)

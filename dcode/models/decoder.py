@@ -1,0 +1,268 @@
+"""A transformers decoder stack (Qwen2, Qwen3, Llama layers) as a denoiser, and the loading steps
+every family module shares.
+
+Owns: the attention mask that makes a causal stack bidirectional or block-causal, the exact
+key/value cache of finished blocks, loading safetensors into a transformers class (with renamed
+keys where a family names its weights differently) so that a weight the config needs but the
+files lack is an error rather than a random tensor, loading the tokenizer without remote code,
+and the special token ids. Knows nothing about sampling, files other than the checkpoint's, or
+the terminal. Family modules (qwen2, dream, llada) decide the config, the names and the facts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import (
+    AutoTokenizer,
+    DynamicCache,
+    GenerationConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+from transformers.utils import logging as transformers_logging
+
+from dcode.models.base import ModelError, ModelFacts
+
+# Buffers some checkpoints carry that transformers recomputes; their presence is harmless.
+IGNORED_KEYS = ("rotary_emb.inv_freq",)
+
+
+def block_causal_mask(
+    query_start: int, query_len: int, key_len: int, block: int | None, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, Lq, Lk) bool: query at absolute position q may see key k iff k // block <= q // block.
+
+    block=None means full bidirectional attention (every query sees every key).
+    Example: block=2, 4 tokens -> row 0 sees keys 0-1, row 2 sees keys 0-3.
+    """
+    if block is None:
+        return torch.ones(1, 1, query_len, key_len, dtype=torch.bool, device=device)
+    q = torch.arange(query_start, query_start + query_len, device=device) // block  # (Lq,)
+    k = torch.arange(key_len, device=device) // block  # (Lk,)
+    return (k[None, :] <= q[:, None])[None, None]
+
+
+class KVCache:
+    """Keys/values of the first `length` canvas positions; crop() forgets everything after."""
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        self.inner = DynamicCache(config=config)
+
+    @property
+    def length(self) -> int:
+        return self.inner.get_seq_length()
+
+    def crop(self, length: int) -> None:
+        extra = self.length - length
+        if extra > 0:
+            self.inner.crop(-extra)
+
+
+@dataclass
+class DecoderDenoiser:
+    """Token ids -> logits for a transformers *ForCausalLM run with a bidirectional or
+    block-causal mask (the causal mask it was built with is replaced, not combined)."""
+
+    model: PreTrainedModel  # Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
+    facts: ModelFacts
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """ids (B, L) at canvas positions [P, P+L) where P = cache.length -> logits (B, L, V).
+
+        With a cache, the new positions' keys/values are appended to it; the caller crops.
+        """
+        start = cache.length if cache is not None else 0
+        length = ids.shape[1]
+        mask = block_causal_mask(start, length, start + length, self.facts.block, ids.device)
+        positions = torch.arange(start, start + length, device=ids.device)[None]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask.expand(ids.shape[0], -1, -1, -1),
+            position_ids=positions.expand(ids.shape[0], -1),
+            cache=cache.inner if cache is not None else None,
+            use_cache=cache is not None,
+        )
+        return out.logits.float()
+
+    def new_cache(self) -> KVCache | None:
+        """A cache when reusing keys/values is exact (block-causal attention), else None."""
+        return KVCache(self.model.config) if self.facts.block is not None else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def quiet_transformers() -> None:
+    transformers_logging.disable_progress_bar()  # stderr is for dcode's own progress
+    transformers_logging.set_verbosity_error()
+
+
+def make_config(config_class: type[PretrainedConfig], values: Mapping[str, Any], folder: Path) -> PretrainedConfig:
+    """transformers' config from plain values; its validation errors as one line."""
+    try:
+        return config_class.from_dict(dict(values))
+    except (TypeError, ValueError, StrictDataclassError) as error:
+        raise ModelError(f"{folder / 'config.json'}: {' '.join(str(error).split())}") from None
+
+
+def load_weights(
+    model_class: type[PreTrainedModel],
+    folder: Path,
+    config: PretrainedConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    key_mapping: Mapping[str, str] | None = None,
+) -> PreTrainedModel:
+    """The checkpoint's safetensors (one file or shards) in `model_class`, built from `config`.
+    Call checkpoint.read_headers(folder) first: it turns bad files into one-line errors.
+
+    key_mapping: regex -> replacement on checkpoint names (transformers' own renaming). A weight
+    the model needs but the files lack, a shape that does not fit, or a checkpoint weight that
+    maps onto nothing is a ModelError: each would otherwise give a silently wrong model.
+    """
+    quiet_transformers()
+    try:
+        model, info = model_class.from_pretrained(
+            str(folder),
+            config=config,
+            dtype=dtype,
+            attn_implementation="sdpa",
+            use_safetensors=True,
+            local_files_only=True,
+            trust_remote_code=False,
+            key_mapping=dict(key_mapping) if key_mapping else None,
+            ignore_mismatched_sizes=True,  # reported below as one line instead of a table
+            output_loading_info=True,
+            generation_config=GenerationConfig(),  # dcode samples itself; skip generation_config.json
+        )
+    except OSError as error:  # safetensors or transformers failing on a file past the header check
+        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+    problems = [
+        *(f"missing {k}" for k in sorted(info["missing_keys"])),
+        *(f"{k[0]} has shape {tuple(k[1])}, the config needs {tuple(k[2])}" for k in sorted(info["mismatched_keys"])),
+        *(f"unused {k}" for k in sorted(info["unexpected_keys"]) if not k.endswith(IGNORED_KEYS)),
+    ]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+    return model.to(device).eval()
+
+
+def load_tokenizer(folder: Path, tokenizer_class: type | None = None) -> Any:
+    """The folder's tokenizer, never running code shipped with the checkpoint.
+
+    tokenizer_class: the family's transformers class for its files (Dream's tokenizer_config names
+    a remote DreamTokenizer; Qwen2Tokenizer reads the same vocab.json / merges.txt). None lets
+    AutoTokenizer choose, except that a tokenizer_config asking for remote code (auto_map) gets
+    PreTrainedTokenizerFast.
+    """
+    try:
+        if tokenizer_class is None:
+            try:
+                settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                settings = {}
+            if isinstance(settings, dict) and "auto_map" in settings:
+                tokenizer_class = PreTrainedTokenizerFast
+            else:
+                return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        return tokenizer_class.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError, TypeError) as error:
+        raise ModelError(f"{folder}: cannot load the tokenizer: {str(error).splitlines()[0]}") from None
+
+
+def first_id(*candidates: object) -> int | None:
+    """The first candidate that is an id (0 counts; None and missing keys do not)."""
+    for candidate in candidates:
+        if isinstance(candidate, int) and not isinstance(candidate, bool):
+            return candidate
+    return None
+
+
+def token_id(tokenizer: Any, token: str) -> int | None:
+    """The id of a token the tokenizer knows as a whole (an added or special token), else None."""
+    found = tokenizer.get_vocab().get(token)
+    return found if isinstance(found, int) else None
+
+
+def special_ids(
+    config: Mapping[str, Any], tokenizer: Any, *, mask_token: str | None = None, end_tokens: Iterable[str] = ()
+) -> tuple[int, frozenset[int], int]:
+    """(mask id, end-of-answer ids, pad id): config.json first, then the tokenizer.
+
+    end_tokens: tokens that end an answer besides config's eos (an instruct model's end of turn).
+    """
+    mask_id = first_id(config.get("mask_token_id"), tokenizer.mask_token_id)
+    if mask_id is None and mask_token is not None:
+        mask_id = token_id(tokenizer, mask_token)
+    if mask_id is None:
+        raise ModelError("neither config.json nor the tokenizer names a mask token")
+    eos = config.get("eos_token_id")
+    eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if first_id(e) is not None}
+    if not eos_ids and tokenizer.eos_token_id is not None:
+        eos_ids = {int(tokenizer.eos_token_id)}
+    eos_ids |= {i for i in (token_id(tokenizer, t) for t in end_tokens) if i is not None}
+    pad_id = first_id(config.get("pad_token_id"), tokenizer.pad_token_id, *sorted(eos_ids))
+    return mask_id, frozenset(eos_ids), pad_id if pad_id is not None else mask_id
+
+
+def build(
+    folder: Path,
+    config: Mapping[str, Any],
+    model_class: type[PreTrainedModel],
+    model_config: PretrainedConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    name: str,
+    family: str,
+    shifted: bool,
+    block: int | None,
+    max_length: int,
+    defaults: Mapping[str, object],
+    key_mapping: Mapping[str, str] | None = None,
+    tokenizer_class: type | None = None,
+    mask_token: str | None = None,
+    end_tokens: Iterable[str] = (),
+    prompt: str = "new",
+) -> DecoderDenoiser:
+    """Load tokenizer and weights and state the facts: the one path every family module takes.
+    The family module has already called checkpoint.read_headers(folder)."""
+    tokenizer = load_tokenizer(folder, tokenizer_class)
+    try:
+        mask_id, eos_ids, pad_id = special_ids(config, tokenizer, mask_token=mask_token, end_tokens=end_tokens)
+    except ModelError as error:
+        raise ModelError(f"{folder}: {error}") from None
+    vocab_size = int(model_config.vocab_size)
+    if not 0 <= mask_id < vocab_size:
+        raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
+    model = load_weights(model_class, folder, model_config, device, dtype, key_mapping)
+    facts = ModelFacts(
+        name=name,
+        family=family,
+        mask_id=mask_id,
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        shifted=shifted,
+        block=block,
+        max_length=max_length,
+        vocab_size=vocab_size,
+        prompt=prompt,
+        defaults=dict(defaults),
+    )
+    return DecoderDenoiser(model, tokenizer, facts)

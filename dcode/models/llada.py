@@ -1,0 +1,126 @@
+"""LLaDA (GSAI-ML/LLaDA-8B-Instruct, LLaDA 1.5) on transformers' Llama classes.
+
+A LLaDA checkpoint is a LLaMA-shaped stack under OLMo's config keys and weight names, with remote
+modeling code. Per block: x += attn_out(attention(q_proj, k_proj, v_proj of attn_norm(x))), then
+x += ff_out(silu(ff_proj(h)) * up_proj(h)) with h = ff_norm(x), so ff_proj is the gate, up_proj
+the up projection and ff_out the down projection. RMSNorm, rotary embeddings (rotate-half, as
+transformers' Llama), no biases. Attention is fully bidirectional, logits are not shifted, the
+mask token is `<|mdm_mask|>` (126336), answers end with <|eot_id|> (126348) and are padded with
+<|endoftext|> (126081). Owns the config and name mapping and the family's sampling defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from dcode.models.base import ModelError
+from dcode.models.checkpoint import need, read_headers
+from dcode.models.decoder import DecoderDenoiser, build, make_config
+
+# LLaDA's generate.py settings: low-confidence remasking (probability of the chosen token),
+# greedy (temperature 0), semi-autoregressive blocks of 32 tokens.
+DEFAULTS: dict[str, object] = {"ordering": "confidence", "temperature": 0.0, "block": 32}
+MASK_TOKEN = "<|mdm_mask|>"
+END_TOKENS = ("<|eot_id|>", "<|endoftext|>")
+LM_HEAD = "model.transformer.ff_out.weight"  # absent when the head is tied to wte (weight_tying)
+# LLaDA weight names -> transformers Llama names (regexes, as from_pretrained's key_mapping).
+# Every source is anchored on "model.transformer.", which no target contains, so none chain.
+BLOCK = r"^model\.transformer\.blocks\.(\d+)\."
+RENAMES = {
+    r"^model\.transformer\.wte\.": "model.embed_tokens.",
+    r"^model\.transformer\.ln_f\.": "model.norm.",
+    r"^model\.transformer\.ff_out\.": "lm_head.",
+    BLOCK + r"q_proj\.": r"model.layers.\1.self_attn.q_proj.",
+    BLOCK + r"k_proj\.": r"model.layers.\1.self_attn.k_proj.",
+    BLOCK + r"v_proj\.": r"model.layers.\1.self_attn.v_proj.",
+    BLOCK + r"attn_out\.": r"model.layers.\1.self_attn.o_proj.",
+    BLOCK + r"attn_norm\.": r"model.layers.\1.input_layernorm.",
+    BLOCK + r"ff_norm\.": r"model.layers.\1.post_attention_layernorm.",
+    BLOCK + r"ff_proj\.": r"model.layers.\1.mlp.gate_proj.",  # silu is applied to it: the gate
+    BLOCK + r"up_proj\.": r"model.layers.\1.mlp.up_proj.",
+    BLOCK + r"ff_out\.": r"model.layers.\1.mlp.down_proj.",
+}
+# OLMo options the Llama classes cannot express: (key, value that needs them, what it means).
+UNSUPPORTED = (
+    ("include_bias", True, "biases on every linear layer"),
+    ("include_qkv_bias", True, "q/k/v biases"),
+    ("alibi", True, "ALiBi positions"),
+    ("rope", False, "no rotary embeddings"),
+    ("attention_layer_norm", True, "q/k layer norms"),
+    ("scale_logits", True, "scaled logits"),
+    ("input_emb_norm", True, "a norm on the input embeddings"),
+)
+SUPPORTED_SETTINGS = {
+    "block_type": (None, "llama"),
+    "layer_norm_type": (None, "rms"),
+    "activation_type": (None, "silu"),  # silu(ff_proj) * up_proj; OLMo's "swiglu" splits ff_proj instead
+    "block_group_size": (None, 1),
+    "clip_qkv": (None,),
+}
+
+
+def config_error(folder: Path, message: str) -> ModelError:
+    return ModelError(f"{folder / 'config.json'}: {message}")
+
+
+def llama_values(config: dict[str, Any], folder: Path, has_lm_head: bool) -> dict[str, Any]:
+    """LLaDA's config.json -> the values of an equivalent LlamaConfig (a ModelError names what
+    is missing or cannot be expressed)."""
+    for key, value, meaning in UNSUPPORTED:
+        if config.get(key) is value:
+            raise config_error(folder, f"{key}={value!r} ({meaning}) is not supported")
+    for key, allowed in SUPPORTED_SETTINGS.items():
+        if config.get(key) not in allowed:
+            raise config_error(folder, f"{key}={config[key]!r} is not supported (only {allowed[-1]!r})")
+    hidden = need(config, folder, "d_model")
+    heads = need(config, folder, "n_heads")
+    kv_heads = 1 if config.get("multi_query_attention") else need(config, folder, "n_kv_heads", "n_heads")
+    if config.get("mlp_hidden_size") is not None or config.get("mlp_ratio") is None:
+        inner = need(config, folder, "mlp_hidden_size")
+    else:
+        inner = need(config, folder, "mlp_ratio") * hidden
+    tied = config.get("weight_tying")
+    eps = config.get("rms_norm_eps", config.get("layer_norm_eps"))
+    return {
+        "vocab_size": need(config, folder, "embedding_size", "vocab_size"),  # the padded embedding rows
+        "hidden_size": hidden,
+        "intermediate_size": inner,
+        "num_hidden_layers": need(config, folder, "n_layers"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": int(config.get("max_sequence_length") or 4096),
+        "rms_norm_eps": float(eps) if eps is not None else 1e-5,
+        "rope_theta": float(config.get("rope_theta") or 10000.0),
+        "tie_word_embeddings": bool(tied) if tied is not None else not has_lm_head,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "model_type": "llama",
+    }
+
+
+def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
+    """Load a local LLaDA checkpoint folder (safetensors, possibly sharded) as a denoiser."""
+    values = llama_values(config, folder, has_lm_head=LM_HEAD in read_headers(folder))
+    return build(
+        folder,
+        config,
+        LlamaForCausalLM,
+        make_config(LlamaConfig, values, folder),
+        device,
+        dtype,
+        name=name,
+        family="llada",
+        shifted=False,
+        block=None,  # full bidirectional attention
+        max_length=values["max_position_embeddings"],
+        defaults=DEFAULTS,
+        key_mapping=RENAMES,
+        tokenizer_class=PreTrainedTokenizerFast,
+        mask_token=MASK_TOKEN,
+        end_tokens=END_TOKENS,
+    )
