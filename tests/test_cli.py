@@ -481,7 +481,12 @@ BAD_INPUTS = [  # (args, stdin, exit code, message); {m}: a folder of broken mod
     (["--model", "{m}/no-such-model"], None, 2, "model folder not found: {m}/no-such-model"),
     (["--model", "{m}/empty"], None, 2, "{m}/empty is not a model folder: no config.json"),
     (["--model", "{m}/w.bin"], None, 2, "--model must be a folder holding config.json, got a file: {m}/w.bin"),
-    (["--model", "{m}/llama"], None, 2, "{m}/llama: unsupported model_type 'llama' (supported: dream, llada, qwen2, qwen3)"),
+    (
+        ["--model", "{m}/llama"],
+        None,
+        2,
+        "{m}/llama: unsupported model_type 'llama' (supported: dream, llada, qwen2, qwen3)",
+    ),
     (["--model", "{m}/bare"], None, 2, "{m}/bare has no .safetensors weights (pickle weights are not loaded)"),
     (["--threshold", "0"], None, 2, "threshold must be in (0, 1]"),
     (["--threshold", "1.5"], None, 2, "threshold must be in (0, 1]"),
