@@ -1,0 +1,5 @@
+"""`python -m dcode.cli`."""
+
+from dcode.cli import main
+
+main()

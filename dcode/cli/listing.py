@@ -1,0 +1,147 @@
+"""`dcode models` and `dcode models pull`: what dcode can run, and downloading more."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dcode.cli import (
+    INTERRUPTED,
+    OK,
+    RUNTIME,
+    USAGE,
+    app,
+    fail,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+PULL_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
+
+
+def human_count(n: int | None) -> str:
+    """7615616512 -> '7.6B', 5800000 -> '5.8M'."""
+    if n is None:
+        return "?"
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: int) -> str:
+    """15231233024 -> '15.2 GB'."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+models_app = typer.Typer(
+    help="List the models dcode can run, or download one.",
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models_app, name="models")
+
+
+@models_app.callback(invoke_without_command=True)
+def models_command(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
+) -> None:
+    """List the embedded model and every checkpoint of a supported family in the Hugging Face cache
+    (HF_HUB_CACHE / HF_HOME). Nothing is loaded: sizes come from the safetensors headers."""
+    import json
+
+    from dcode.models import list_models
+
+    if ctx.invoked_subcommand is not None:
+        return
+    found = list_models()
+    if as_json:
+        rows = [
+            {
+                "name": i.name,
+                "family": i.family,
+                "parameters": i.parameters,
+                "dtype": i.dtype,
+                "size_bytes": i.size_bytes,
+                "complete": i.complete,
+                "path": str(i.path),
+            }
+            for i in found
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        raise typer.Exit(OK)
+    table = [("NAME", "FAMILY", "PARAMS", "DTYPE", "SIZE", "")]
+    for i in found:
+        note = "" if i.complete else f"incomplete: run `dcode models pull {i.name}`"
+        table.append((i.name, i.family, human_count(i.parameters), i.dtype or "-", human_bytes(i.size_bytes), note))
+    widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
+    for row in table:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+@models_app.command("pull")
+def models_pull(
+    model_id: Annotated[str, typer.Argument(help="Hugging Face id, e.g. Dream-org/Dream-Coder-v0-Instruct-7B.")],
+    revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit (default: main).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
+) -> None:
+    """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
+    no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
+    from dcode.models import ModelError, checkpoint, model_info, require_family
+
+    # 1) validate without the network
+    if not checkpoint.is_repo_id(model_id):
+        fail(f"not a Hugging Face id (org/name): {model_id}", USAGE)
+
+    import huggingface_hub
+    from huggingface_hub import errors as hub_errors
+
+    # huggingface_hub draws its tqdm bars on stderr; only a terminal gets them.
+    if quiet or not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
+        huggingface_hub.utils.disable_progress_bars()
+
+    # 2) config.json first: a family dcode cannot run is refused before gigabytes are fetched
+    try:
+        head = huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=["config.json"])
+        require_family(checkpoint.read_config(Path(head)), model_id)
+        folder = Path(huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=PULL_PATTERNS))
+        info = model_info(model_id, folder)
+    except ModelError as error:
+        fail(str(error), USAGE)
+    except hub_errors.GatedRepoError:
+        fail(f"{model_id} is gated: accept its terms at https://huggingface.co/{model_id}, then `hf auth login`", USAGE)
+    except hub_errors.RepositoryNotFoundError:
+        fail(f"no model {model_id} on the Hugging Face Hub (if it is private: `hf auth login`)", USAGE)
+    except hub_errors.RevisionNotFoundError:
+        fail(f"{model_id} has no revision {revision}", USAGE)
+    except (hub_errors.OfflineModeIsEnabled, hub_errors.LocalEntryNotFoundError):
+        fail(f"cannot download {model_id}: offline (HF_HUB_OFFLINE is set, or the Hub is unreachable)", RUNTIME)
+    except OSError as error:  # HfHubHTTPError, network and disk errors
+        fail(
+            f"download of {model_id} failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+            RUNTIME,
+        )
+    except KeyboardInterrupt:
+        typer.echo(f"dcode: interrupted; `dcode models pull {model_id}` resumes", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+
+    # 3) report: the folder on stdout, a summary on stderr
+    if not info.complete:
+        fail(f"{model_id}: the download is incomplete ({folder}); run `dcode models pull {model_id}` again", RUNTIME)
+    typer.echo(str(folder))
+    if not quiet:
+        typer.echo(
+            f"dcode: {model_id}: {info.family}, {human_count(info.parameters)} parameters, "
+            f"{info.dtype}, {human_bytes(info.size_bytes)}",
+            err=True,
+        )
