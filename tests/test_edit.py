@@ -684,7 +684,7 @@ class TestCommand:
     @pytest.fixture
     def scripted(self, tokenizer, monkeypatch: pytest.MonkeyPatch):
         """Make the command load a ScriptedDenoiser: call it with the scripts (and options)."""
-        from dcode.cli import editing
+        from dcode import cli
 
         made: list[ScriptedDenoiser] = []
 
@@ -693,7 +693,7 @@ class TestCommand:
                 made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
                 return made[-1]
 
-            monkeypatch.setattr(editing, "load_model", load_model)  # the name `dcode edit` calls
+            monkeypatch.setattr(cli, "load_model", load_model)
             return made
 
         return use

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 from typer.core import TyperGroup
 
-from dcode.config import SamplerConfig
+from dcode.config import ORDERINGS, RULES, SamplerConfig
 
 if TYPE_CHECKING:
     from dcode.models import Denoiser
@@ -160,6 +161,117 @@ def summary_line(metadata: dict[str, object], model: str) -> str:
             f"{repaired['rounds']} round(s), +{repaired['extra_forward_passes']} passes"
         )
     return line
+
+
+# ---------------------------------------------------------------------------------------------
+# Options shared by the commands that generate (new, edit): declared once, used as parameter types.
+
+ModelOption = Annotated[
+    str | None, typer.Option("--model", envvar="DCODE_MODEL", help="Model folder or cached id (default: dcode-tiny).")
+]
+DeviceOption = Annotated[str, typer.Option("--device", envvar="DCODE_DEVICE", help="auto, cpu, cuda or mps.")]
+StrategyOption = Annotated[
+    str, typer.Option("--strategy", envvar="DCODE_STRATEGY", help=f"Commit rule: {', '.join(RULES)}.")
+]
+OrderOption = Annotated[str, typer.Option("--order", envvar="DCODE_ORDER", help=f"Ordering: {', '.join(ORDERINGS)}.")]
+StepsOption = Annotated[int | None, typer.Option("--steps", envvar="DCODE_STEPS", help="Passes for the schedule rule.")]
+ThresholdOption = Annotated[float, typer.Option("--threshold", envvar="DCODE_THRESHOLD")]
+EntropyBoundOption = Annotated[float, typer.Option("--entropy-bound", envvar="DCODE_ENTROPY_BOUND")]
+BlockOption = Annotated[
+    int | None, typer.Option("--block", envvar="DCODE_BLOCK", help="Semi-AR block for full-attention models.")
+]
+TemperatureOption = Annotated[float, typer.Option("--temperature", envvar="DCODE_TEMPERATURE")]
+TopPOption = Annotated[float, typer.Option("--top-p", envvar="DCODE_TOP_P")]
+SeedOption = Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")]
+CacheOption = Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")]
+RepairOption = Annotated[
+    bool, typer.Option("--repair/--no-repair", envvar="DCODE_REPAIR", help="Regenerate spans that do not parse.")
+]
+RepairRoundsOption = Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=0)]
+LiveOption = Annotated[
+    bool | None, typer.Option("--live/--no-live", envvar="DCODE_LIVE", help="Live view (default: on a terminal).")
+]
+ExitWhenDoneOption = Annotated[
+    bool, typer.Option("--exit-when-done", envvar="DCODE_EXIT_WHEN_DONE", help="Close the live view when finished.")
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")]
+
+
+def sampler_config(
+    order: str,
+    strategy: str,
+    steps: int | None,
+    threshold: float,
+    entropy_bound: float,
+    block: int | None,
+    temperature: float,
+    top_p: float,
+    cache: bool,
+    seed: int,
+) -> SamplerConfig:
+    """The options as a SamplerConfig; a bad value is a usage error before any model loads."""
+    try:
+        return SamplerConfig(
+            ordering=order,  # type: ignore[arg-type]
+            rule=strategy,  # type: ignore[arg-type]
+            steps=steps,
+            threshold=threshold,
+            entropy_bound=entropy_bound,
+            block=block,
+            temperature=temperature,
+            top_p=top_p,
+            cache=cache,
+            seed=seed,
+        )
+    except ValueError as error:
+        fail(str(error), USAGE)
+
+
+def run_model(
+    ctx: typer.Context,
+    spec: str | None,
+    device: str,
+    config: SamplerConfig,
+    events: Callable[[Denoiser, SamplerConfig], Iterator[object]],
+    language: str,
+    view: Literal["auto", "none"],
+    exit_when_done: bool,
+    start: Callable[[Denoiser], int] | None = None,
+    length: int | None = None,
+) -> tuple[Denoiser, object]:
+    """Load the model, fill in its family's defaults, and run a pipeline under the live view.
+
+    Returns the model and the pipeline's final event; maps failures to exit codes (bad input 2,
+    runtime 1, interrupted 130). `start` / `length` tell the view where the answer region is.
+    """
+    from dcode import pipeline, tui
+    from dcode.render import Describer
+
+    try:
+        denoiser = load_model(spec, device)
+        config = with_family_defaults(config, denoiser, ctx)
+        facts = denoiser.facts
+        describer = Describer(
+            denoiser.tokenizer,
+            facts.mask_id,
+            start=start(denoiser) if start is not None else None,
+            length=length,
+            model=facts.name,
+            device=denoiser.device.type,
+            language=language,
+            hidden=facts.eos_ids | {facts.pad_id},
+        )
+        result = tui.run_live(lambda: events(denoiser, config), describer, view=view, exit_when_done=exit_when_done)
+    except typer.Exit:
+        raise
+    except pipeline.InputError as error:
+        fail(str(error), USAGE)
+    except KeyboardInterrupt:
+        typer.echo("dcode: interrupted", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+    except (RuntimeError, MemoryError) as error:
+        fail(f"generation failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}", RUNTIME)
+    return denoiser, result
 
 
 # `dcode new` / `dcode edit` parameters -> the SamplerConfig field each one sets.

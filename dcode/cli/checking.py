@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -13,14 +13,20 @@ from dcode.cli import (
     RUNTIME,
     SYNTAX,
     USAGE,
+    DeviceOption,
+    ExitWhenDoneOption,
+    LiveOption,
+    ModelOption,
+    QuietOption,
+    SeedOption,
+    TemperatureOption,
     app,
     fail,
-    load_model,
+    output_target,
+    run_model,
+    sampler_config,
+    view_mode,
 )
-from dcode.config import SamplerConfig
-
-if TYPE_CHECKING:
-    pass
 
 
 @app.command()
@@ -64,33 +70,34 @@ def check(
 
 @app.command("repair")
 def repair_command(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to repair in place.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result here instead.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the result here instead.")] = None,
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
     lang: Annotated[str | None, typer.Option("--lang", envvar="DCODE_LANG")] = None,
-    model: Annotated[str | None, typer.Option("--model", envvar="DCODE_MODEL")] = None,
-    device: Annotated[str, typer.Option("--device", envvar="DCODE_DEVICE")] = "auto",
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
     rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=1)] = 3,
-    temperature: Annotated[float, typer.Option("--temperature", envvar="DCODE_TEMPERATURE")] = 0.0,
-    seed: Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")] = 0,
+    temperature: TemperatureOption = 0.0,
+    seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET")] = False,
+    live: LiveOption = None,
+    exit_when_done: ExitWhenDoneOption = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
-    import difflib
     import json
 
     from dcode import pipeline, syntax
-    from dcode.files import FileProblem, atomic_write, check_writable, read_source
+    from dcode.edit import unified_diff
+    from dcode.files import FileProblem, atomic_write, read_source
     from dcode.repair import Repaired
 
     # 1) the input must be a readable, checkable, non-empty text file
     try:
         source = read_source(file)
         language = syntax.detect_language(str(file), source, lang)
-        if output is not None and not diff:
-            check_writable(output, force)
     except FileProblem as error:
         fail(str(error), USAGE)
     except syntax.UnknownLanguage as error:
@@ -99,36 +106,35 @@ def repair_command(
         fail(f"{file}: unknown language (use --lang)", USAGE)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    try:
-        config = SamplerConfig(temperature=temperature, seed=seed)
-    except ValueError as error:
-        fail(str(error), USAGE)
+    target = None if diff else output_target(output, force)
+    config = sampler_config("confidence", "threshold", None, 0.9, 0.1, None, temperature, 1.0, True, seed)
 
-    # 2) repair
-    try:
-        denoiser = load_model(model, device)
-        done = None
-        for event in pipeline.repair_file(denoiser, source, language, file.name, config, rounds):
-            if isinstance(event, Repaired):
-                done = event
-    except pipeline.InputError as error:
-        fail(str(error), USAGE)
-    assert done is not None
+    # 2) repair, with the live view showing the whole file
+    request = f"the {language} file {file.name}"
+    _, done = run_model(
+        ctx,
+        model,
+        device,
+        config,
+        lambda m, c: pipeline.repair_file(m, source, language, file.name, c, rounds),
+        language,
+        view_mode(quiet, live),
+        exit_when_done,
+        start=lambda m: len(pipeline.prompt_ids(m, request, language)),
+    )
+    assert isinstance(done, Repaired)
 
     # 3) deliver: a diff, or the file (only if it got better)
     changed = done.code != source
     if diff:
-        lines = difflib.unified_diff(
-            source.splitlines(keepends=True), done.code.splitlines(keepends=True), f"a/{file}", f"b/{file}"
-        )
-        sys.stdout.write("".join(lines))
+        sys.stdout.write(unified_diff(source, done.code, file))
     elif changed:
         try:
-            atomic_write(output or file, done.code)
+            atomic_write(target or file, done.code)
         except OSError as error:
-            fail(f"cannot write {output or file}: {error.strerror}", RUNTIME)
+            fail(f"cannot write {target or file}: {error.strerror}", RUNTIME)
     if as_json:
-        typer.echo(json.dumps({"path": str(output or file), "changed": changed, **pipeline.repair_metadata(done)}))
+        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **pipeline.repair_metadata(done)}))
     elif not quiet:
         typer.echo(
             f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"

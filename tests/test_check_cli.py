@@ -1,0 +1,135 @@
+"""`dcode check` and `dcode repair` through CliRunner: exact output, exit codes, files untouched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dcode.cli import app
+
+BROKEN = "def add(a, b):\n    return a +\n\n\nprint(add(1, 2))\n"
+GOOD = "def add(a, b):\n    return a + b\n"
+
+
+def run(args: list[str], **kwargs):
+    return CliRunner().invoke(app, args, **kwargs)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "broken.py").write_text(BROKEN)
+    (tmp_path / "broken.js").write_text("let x = (1;\n")
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "binary.py").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "latin1.py").write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    (tmp_path / "notes.xyz").write_text("hello\n")
+    return tmp_path
+
+
+def test_check_clean_file_exits_0_silently(files: Path) -> None:
+    result = run(["check", str(files / "good.py")])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_check_reports_like_a_linter_and_exits_3(files: Path) -> None:
+    result = run(["check", str(files / "good.py"), str(files / "broken.py"), str(files / "broken.js")])
+    assert result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{files / 'broken.py'}:2:")
+    assert lines[1].startswith(f"{files / 'broken.js'}:1:")
+    assert result.stderr == ""
+
+
+def test_check_json(files: Path) -> None:
+    result = run(["check", "--json", str(files / "broken.py")])
+    assert result.exit_code == 3
+    report = json.loads(result.stdout)
+    assert report[0]["language"] == "python"
+    assert report[0]["issues"][0]["line"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("missing.py", "missing.py: no such file"),
+        ("binary.py", "binary.py looks binary (it holds NUL bytes)"),
+        ("latin1.py", "latin1.py is not UTF-8 text (bad byte at offset 8)"),
+    ],
+)
+def test_check_unreadable_input_exits_2(files: Path, name: str, message: str) -> None:
+    result = run(["check", str(files / name), str(files / "broken.py")])
+    assert result.exit_code == 2  # unreadable input wins over syntax errors
+    assert result.stderr == f"dcode: error: {files}/{message}\n"
+    assert result.stdout.startswith(f"{files / 'broken.py'}:2:")  # the readable file was still checked
+
+
+def test_check_a_directory_and_an_unknown_language(files: Path) -> None:
+    assert run(["check", str(files)]).stderr == f"dcode: error: {files} is a directory\n"
+    result = run(["check", str(files / "notes.xyz")])
+    assert result.exit_code == 0
+    assert result.stderr == f"dcode: {files / 'notes.xyz'}: unknown language, not checked (use --lang)\n"
+    assert run(["check", "--lang", "cobol", str(files / "good.py")]).exit_code == 2
+
+
+def test_check_empty_file_is_clean(files: Path) -> None:
+    assert run(["check", str(files / "empty.py")]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "message"),
+    [
+        ("missing.py", [], "missing.py: no such file"),
+        ("binary.py", [], "binary.py looks binary (it holds NUL bytes)"),
+        ("empty.py", [], "empty.py is empty: nothing to repair"),
+        ("notes.xyz", [], "notes.xyz: unknown language (use --lang)"),
+        ("broken.py", ["-o", "{dir}/good.py"], "good.py exists (use --force to overwrite)"),
+    ],
+)
+def test_repair_bad_input_is_one_line_and_touches_nothing(files: Path, name: str, extra, message: str) -> None:
+    before = {p.name: p.read_bytes() for p in files.iterdir()}
+    args = ["repair", str(files / name), *[a.format(dir=files) for a in extra]]
+    result = run(args)
+    assert result.exit_code == 2
+    assert result.stderr == f"dcode: error: {files}/{message}\n"
+    assert {p.name: p.read_bytes() for p in files.iterdir()} == before
+
+
+def test_repair_a_valid_file_changes_nothing(files: Path) -> None:
+    result = run(["repair", str(files / "good.py"), "--json"])
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    assert report["changed"] is False and report["issues_before"] == 0 and report["rounds"] == 0
+    assert (files / "good.py").read_text() == GOOD
+
+
+def test_repair_end_to_end_with_the_embedded_model(files: Path) -> None:
+    """The shipped model repairs in place or leaves the file alone: never more errors, never a
+    change outside the re-masked spans' lines, exit 0 only if it parses."""
+    from dcode.syntax import find_issues
+
+    path = files / "broken.py"
+    result = run(["repair", str(path), "--json"])
+    assert result.exit_code in (0, 3), result.stderr
+    report = json.loads(result.stdout)
+    after = path.read_text()
+    assert len(find_issues(after, "python")) == report["issues_after"] <= report["issues_before"] == 1
+    assert report["changed"] == (after != BROKEN)
+    assert (result.exit_code == 0) == (report["issues_after"] == 0)
+    assert after.startswith("def add(a, b):\n")  # the line before the broken one is never touched
+
+
+def test_repair_diff_writes_nothing_and_o_writes_elsewhere(files: Path) -> None:
+    path = files / "broken.py"
+    result = run(["repair", str(path), "--diff", "-q"])
+    assert result.exit_code in (0, 3)
+    assert path.read_text() == BROKEN
+    assert result.stdout == "" or result.stdout.startswith(f"--- a/{path}\n+++ b/{path}\n")
+    other = files / "fixed.py"
+    result = run(["repair", str(path), "-o", str(other), "-q"])
+    assert path.read_text() == BROKEN
+    assert result.exit_code in (0, 3)
