@@ -21,10 +21,11 @@ from typing import Any, Literal
 
 Split = Literal["train", "valid", "heldout"]
 
-# Licences whose code we may learn from and ship weights of (matched in licence text/classifiers).
-PERMISSIVE = ("MIT", "BSD", "Apache", "PSF", "Python Software Foundation", "ISC", "0BSD", "Zlib")
+# Licences whose code we may learn from and ship weights of, matched as whole words in the licence
+# text and classifiers ("MIT" must not match inside "LIMITED").
+PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|0BSD|Zlib)\b")
 # Licences that exclude a distribution even when a permissive one is also named.
-COPYLEFT = ("GPL", "MPL", "Mozilla", "EPL", "CDDL")
+COPYLEFT = re.compile(r"\b[AL]?GPL|General Public License|\bMPL|Mozilla|\bEPL|Eclipse Public|\bCDDL")
 # Path components that mark test code: always held out, never trained on.
 TEST_DIRS = frozenset({"test", "tests"})
 # Share of the remaining files kept for validation, chosen by a stable hash of the path.
@@ -65,7 +66,7 @@ def license_of(dist: metadata.Distribution) -> str | None:
         [meta.get("License-Expression") or "", (meta.get("License") or "")[:200]]
         + [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
     )
-    if any(word in text for word in COPYLEFT) or not any(word in text for word in PERMISSIVE):
+    if COPYLEFT.search(text) or not PERMISSIVE.search(text):
         return None
     expression = meta.get("License-Expression") or (meta.get("License") or "").split("\n")[0]
     return expression.strip()[:60] or "permissive (classifier)"
@@ -135,7 +136,7 @@ def prompt_for(kind: str, name: str, docstring: str | None, comment: str | None,
     named = f"{'class' if kind == 'class' else 'a function'} {words_of(name)}"
     if described is None:
         return named
-    # A stable coin flip: half the documented units also learn the name-based phrasing.
+    # A stable draw: a quarter of the documented units learn the name-based phrasing as well.
     flip = int(hashlib.sha1(salt.encode()).hexdigest(), 16) % 4
     return described if flip else f"{named}: {described}"
 
@@ -172,9 +173,10 @@ def read_source(path: Path) -> str | None:
         return None
 
 
-def iter_units(split: Split, include_packages: bool = True) -> Iterator[Unit]:
-    """De-duplicated units of every source file in `split`."""
-    seen: set[str] = set()
+def iter_units(split: Split, include_packages: bool = True, seen: set[str] | None = None) -> Iterator[Unit]:
+    """De-duplicated units of every source file in `split`. Pass the same `seen` set to later
+    splits so a unit already yielded (e.g. a vendored copy in train) is not yielded again."""
+    seen = set() if seen is None else seen
     for src in find_sources(include_packages):
         if src.split != split:
             continue

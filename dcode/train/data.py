@@ -81,7 +81,8 @@ def encode_units(tokenizer: Tokenizer, units: list[corpus.Unit]) -> Examples:
 def build(out: Path, vocab_size: int, include_packages: bool = True) -> None:
     """Write out/tokenizer/, out/train.npz and out/valid.npz from the offline corpus."""
     out.mkdir(parents=True, exist_ok=True)
-    splits = {s: list(corpus.iter_units(s, include_packages)) for s in ("train", "valid")}
+    seen: set[str] = set()  # shared, so validation holds no copy of a training unit
+    splits = {s: list(corpus.iter_units(s, include_packages, seen)) for s in ("train", "valid")}
     sample, size = [], 0
     for unit in random.Random(0).sample(splits["train"], len(splits["train"])):
         if size > TOKENIZER_SAMPLE_CHARS:
@@ -120,7 +121,7 @@ class Batcher:
         return torch.from_numpy(stream).view(batch, context)
 
     def canvases(self, batch: int, canvas: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block-diffusion phase: examples whose code fits `canvas`, EOS-padded to the row length.
+        """Block-diffusion phase: examples whose code fits `canvas`, PAD-padded to the row length.
 
         Returns ids (B, T) and answer (B, T) bool, True on the code/EOS/pad positions the model
         must learn to fill (the prompt is never masked).

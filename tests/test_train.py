@@ -1,0 +1,739 @@
+"""dcode.train with small real parts built in the test: a few hundred lines of Python, a BPE
+trained on them, a data folder of a few dozen units and a Qwen2 of two layers of width 32.
+
+The losses are checked against short, obviously-correct references: the two-copy attention mask
+against its rule cell by cell, the block-diffusion loss against one forward per masked target
+that shows the model only what the rule lets it see, the AR loss against transformers' own.
+The Trainer is driven through its real entry points: one_step, save / resume, validate, export,
+and the exported folder is loaded by dcode.models.load and run by `dcode new`.
+"""
+
+from __future__ import annotations
+
+import email.message
+import json
+import math
+import os
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import python_lines
+from tokenizers import Tokenizer
+from transformers import Qwen2ForCausalLM
+
+from dcode.models.qwen2 import block_causal_mask
+from dcode.train import corpus
+from dcode.train.data import MAX_CODE, MAX_PROMPT, Batcher, Examples, build, encode_units
+from dcode.train.tokenizer import CODE, EOS, MASK, PAD, PROMPT, SPECIAL_TOKENS, save_tokenizer, train_tokenizer
+from dcode.train.train import TrainConfig, Trainer, ar_loss, bd_loss, model_config, noise, two_copy_mask
+
+# ---------------------------------------------------------------------------------------------
+# Shared parts
+
+
+def short_functions(count: int, offset: int = 0) -> str:
+    """Short commented functions (under 32 tokens each) that fit the smallest BD canvas."""
+    out = []
+    for i in range(offset, offset + count):
+        out.append(
+            f"# Multiply every value by the factor {i}.\ndef scale_{i}(values):\n    return [v * {i} for v in values]\n"
+        )
+    return "\n\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return train_tokenizer(python_lines(80) + short_functions(40).splitlines(), vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def examples(tokenizer: Tokenizer) -> Examples:
+    units = list(corpus.units_of(short_functions(12) + "\n\n" + "\n".join(python_lines(6)), "test:mod.py"))
+    return encode_units(tokenizer, units)
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    """Weights large enough that attention is far from uniform and every norm weight matters."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise_ = torch.randn(param.shape, generator=gen)
+            if "norm" in name:
+                param.copy_(1.0 + 0.2 * noise_)
+            elif name.endswith("bias"):
+                param.copy_(0.3 * noise_)
+            elif "embed_tokens" in name:
+                param.copy_(noise_)
+            else:
+                param.copy_(0.25 * noise_)
+
+
+VOCAB, MASK_ID = 48, 2  # the loss tests' tiny model: ids 0..4 special as in dcode-tiny
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Qwen2ForCausalLM:
+    """A random Qwen2 built by train.py's own model_config, run with sdpa as the Trainer does."""
+    cfg = TrainConfig(hidden=32, layers=2, heads=4, ffn=64)
+    model = Qwen2ForCausalLM(model_config(cfg, VOCAB, {PAD: 0, EOS: 1})).float()
+    model.config._attn_implementation = "sdpa"
+    randomize(model, seed=0)
+    return model.eval()
+
+
+def random_ids(rows: int, length: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(5, VOCAB, (rows, length), generator=gen)
+
+
+def block_causal_hidden(model: Qwen2ForCausalLM, ids: torch.Tensor, block: int) -> torch.Tensor:
+    """(B, L, D) hidden states of ids at positions 0..L-1 under dcode's block-causal mask."""
+    rows, length = ids.shape
+    mask = block_causal_mask(0, length, length, block, ids.device).expand(rows, -1, -1, -1)
+    positions = torch.arange(length)[None].expand(rows, -1)
+    return model.model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus
+
+
+@pytest.mark.parametrize(
+    ("relative", "split"),
+    [
+        ("stdlib/test/test_os.py", "heldout"),
+        ("stdlib/unittest/test/testmock/support.py", "heldout"),
+        ("numpy/tests/conftest.py", "heldout"),
+        ("tests/helpers.py", "heldout"),
+        ("pkg/test_helpers.py", "train"),  # a test-looking file name outside a test folder
+        ("pkg/testing/utils.py", "train"),  # "testing" is not a test folder
+        ("pkg/test.py", "train"),
+        # Hard-coded from sha1: a process-salted hash (hash()) would move these between runs.
+        ("pkg/mod_17.py", "valid"),
+        ("pkg/mod_43.py", "valid"),
+        ("pkg/mod_0.py", "train"),
+    ],
+)
+def test_split_of(relative: str, split: str) -> None:
+    assert corpus.split_of(relative) == split
+
+
+def test_split_of_keeps_about_two_percent_for_validation() -> None:
+    splits = [corpus.split_of(f"pkg/sub/mod_{i}.py") for i in range(5000)]
+    assert splits == [corpus.split_of(f"pkg/sub/mod_{i}.py") for i in range(5000)]  # stable
+    share = splits.count("valid") / len(splits)
+    assert 0.01 < share < 0.03, share
+    assert set(splits) == {"train", "valid"}
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("parseHTTPDate_v2", "parse http date v2"),
+        ("__init__", "init"),
+        ("LRUCache", "lru cache"),
+        ("get_URL", "get url"),
+        ("merge_sorted_lists", "merge sorted lists"),
+    ],
+)
+def test_words_of(name: str, words: str) -> None:
+    assert corpus.words_of(name) == words
+
+
+SOURCE = textwrap.dedent(
+    '''\
+    """Helpers for parsing dates in HTTP headers."""
+
+    import functools
+    import re
+
+
+    # Parse the date of an HTTP header into a tuple of numbers.
+    def parseHTTPDate_v2(text):
+        return tuple(re.findall(r"\\d+", text))
+
+
+    class Cache:
+        """A least recently used cache with a fixed size."""
+
+        # Build an empty cache of the given size.
+        @staticmethod
+        @functools.lru_cache
+        def make(size):
+            return Cache()
+
+        def get(self, key):
+            """Tiny."""
+            if key in self.items:
+                return self.items[key]
+            return None
+    '''
+)
+
+
+def test_units_of_cuts_module_classes_and_functions() -> None:
+    units = list(corpus.units_of(SOURCE, "pkg:dates.py"))
+
+    def either(kind: str, name: str, described: str) -> set[str]:
+        named = f"{'class' if kind == 'class' else 'a function'} {corpus.words_of(name)}"
+        return {described, f"{named}: {described}"}
+
+    assert [(u.kind, u.origin) for u in units] == [
+        ("module", "pkg:dates.py:1"),
+        ("function", "pkg:dates.py:8"),
+        ("class", "pkg:dates.py:12"),
+        ("function", "pkg:dates.py:16"),  # the first decorator's line
+        ("function", "pkg:dates.py:21"),
+    ]
+    module, parse, cache, make, get = units
+    assert module.prompt == "Helpers for parsing dates in HTTP headers."
+    assert module.code == SOURCE.strip() + "\n"
+    assert parse.prompt in either(
+        "function", "parseHTTPDate_v2", "Parse the date of an HTTP header into a tuple of numbers."
+    )
+    assert parse.code == 'def parseHTTPDate_v2(text):\n    return tuple(re.findall(r"\\d+", text))\n'
+    assert cache.prompt in either("class", "Cache", "A least recently used cache with a fixed size.")
+    assert cache.code.startswith("class Cache:\n    ") and cache.code.endswith("        return None\n")
+    # A method: decorators included, dedented to column 0, its leading comment as the prompt.
+    assert make.prompt in either("function", "make", "Build an empty cache of the given size.")
+    assert make.code == "@staticmethod\n@functools.lru_cache\ndef make(size):\n    return Cache()\n"
+    # A docstring too short to be a request: the name is the prompt.
+    assert get.prompt == "a function get"
+    assert get.code.startswith("def get(self, key):\n") and get.code.endswith("\n    return None\n")
+
+
+def test_units_of_skips_broken_files_and_undocumented_modules() -> None:
+    assert list(corpus.units_of("def broken(:\n    pass\n", "x")) == []
+    assert list(corpus.units_of("x = 1\0\n", "x")) == []  # null bytes: ValueError or SyntaxError
+    units = list(corpus.units_of("import os\n\n\ndef listing_of(path):\n    return os.listdir(path)\n", "m"))
+    assert [(u.kind, u.prompt) for u in units] == [("function", "a function listing of")]
+
+
+def test_prompt_for_is_stable_and_uses_both_phrasings() -> None:
+    doc = "Return the sum of two numbers."
+    prompts = [corpus.prompt_for("function", "add_numbers", doc, None, f"m.py:{i}") for i in range(200)]
+    assert prompts == [corpus.prompt_for("function", "add_numbers", doc, None, f"m.py:{i}") for i in range(200)]
+    assert set(prompts) == {doc, f"a function add numbers: {doc}"}
+    # The docstring wins over the comment; no docstring: the comment; neither: the name.
+    assert corpus.prompt_for("class", "LRUCache", None, None, "s") == "class lru cache"
+    assert corpus.prompt_for("function", "f", None, "Compute the thing we need.", "m.py:1") in {
+        "Compute the thing we need.",
+        "a function f: Compute the thing we need.",
+    }
+
+
+def test_prompt_for_name_phrasing_share_is_a_quarter_as_documented() -> None:
+    doc = "Return the sum of two numbers."
+    prompts = [corpus.prompt_for("function", "add", doc, None, f"m.py:{i}") for i in range(4000)]
+    share = sum(p != doc for p in prompts) / len(prompts)
+    assert 0.2 < share < 0.3, share
+
+
+def test_normalized_hash_ignores_trailing_whitespace_only() -> None:
+    code = "def f(x):\n    return x + 1\n"
+    same = [
+        "def f(x):   \n    return x + 1\t\n",
+        "\n\ndef f(x):\n    return x + 1\n\n\n",
+        "def f(x):\r\n    return x + 1",
+    ]
+    for variant in same:
+        assert corpus.normalized_hash(variant) == corpus.normalized_hash(code), repr(variant)
+    for different in [
+        "def f(x):\n  return x + 1\n",
+        "def f(x):\n    return x + 2\n",
+        "def f(x):\n\n    return x + 1\n",
+    ]:
+        assert corpus.normalized_hash(different) != corpus.normalized_hash(code), repr(different)
+
+
+def fake_dist(expression: str | None = None, license: str | None = None, classifiers: tuple[str, ...] = ()):
+    """Something with the .metadata license_of reads: an email.message.Message, as at run time."""
+    meta = email.message.Message()
+    meta["Name"] = "fake"
+    if expression is not None:
+        meta["License-Expression"] = expression
+    if license is not None:
+        meta["License"] = license
+    for classifier in ("Programming Language :: Python :: 3", *classifiers):
+        meta["Classifier"] = classifier
+    return types.SimpleNamespace(metadata=meta)
+
+
+@pytest.mark.parametrize(
+    ("dist", "licence"),
+    [
+        (fake_dist(expression="MIT"), "MIT"),
+        (fake_dist(expression="Apache-2.0 OR BSD-2-Clause"), "Apache-2.0 OR BSD-2-Clause"),
+        (fake_dist(license="BSD 3-Clause License\n\nCopyright (c) 2021, Someone"), "BSD 3-Clause License"),
+        (fake_dist(license="Apache 2.0"), "Apache 2.0"),
+        (fake_dist(classifiers=("License :: OSI Approved :: MIT License",)), "permissive (classifier)"),
+        (fake_dist(classifiers=("License :: OSI Approved :: BSD License",)), "permissive (classifier)"),
+        (fake_dist(expression="GPL-3.0-or-later"), None),
+        (fake_dist(license="MPL-2.0 AND MIT"), None),  # a permissive name does not rescue a copyleft one
+        (fake_dist(classifiers=("License :: OSI Approved :: Mozilla Public License 2.0 (MPL 2.0)",)), None),
+        (
+            fake_dist(
+                license="MIT",
+                classifiers=("License :: OSI Approved :: GNU Lesser General Public License v3 (LGPLv3)",),
+            ),
+            None,
+        ),
+        (fake_dist(), None),  # no licence metadata at all
+        (fake_dist(license="Proprietary"), None),
+    ],
+)
+def test_license_of(dist, licence: str | None) -> None:
+    assert corpus.license_of(dist) == licence
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Proprietary. Copyright (c) 2024 ACME LIMITED. All rights reserved.",
+        "Commercial use is not PERMITTED.",
+        "Internal use only, see the DISCLAIMER file.",
+    ],
+)
+def test_license_of_rejects_proprietary_text_that_contains_a_licence_name(text: str) -> None:
+    assert corpus.license_of(fake_dist(license=text)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer
+
+
+def test_special_tokens_take_ids_0_to_4_in_order(tokenizer: Tokenizer) -> None:
+    assert [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+    assert SPECIAL_TOKENS == [PAD, EOS, MASK, PROMPT, CODE]
+    assert tokenizer.get_vocab_size() == 400
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def f(x):\n    if x:\n        return [x, x * 2]\n    return None\n",
+        "def g():\n\tif True:\n\t\treturn 'tab'\n",  # tabs
+        "name = 'é✓ 漢字 🙂'  # unicode\n",
+        "a = 1\n\n\n\nb = 2\n",  # blank lines
+        "   three spaces and trailing   \n",
+        "x\u00a0=\u20031\r\n",  # unusual spaces and a CRLF
+        "",
+    ],
+)
+def test_decode_inverts_encode(tokenizer: Tokenizer, text: str) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    assert all(i > 4 for i in ids)  # text never becomes a special token
+    assert tokenizer.decode(ids) == text
+
+
+def test_pre_tokenizer_keeps_indentation_in_runs_of_four(tokenizer: Tokenizer) -> None:
+    pieces = [p for p, _ in tokenizer.pre_tokenizer.pre_tokenize_str("    if x:\n        y = 10\n         z\n      w")]
+    assert pieces == ["ĠĠĠĠ", "if", "Ġx", ":", "Ċ", "ĠĠĠĠĠĠĠĠ", "y", "Ġ=", "Ġ10", "Ċ"] + [
+        "ĠĠĠĠĠĠĠĠ",  # 9 spaces: two indentation levels, then a word with its one leading space
+        "Ġz",
+        "Ċ",
+        "ĠĠĠĠ",  # 6 spaces: one level, then the rest
+        "ĠĠ",
+        "w",
+    ]
+
+
+def test_saved_tokenizer_loads_in_transformers_with_the_chat_template(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    save_tokenizer(tokenizer, tmp_path / "tok")
+    assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path / "tok"), local_files_only=True)
+    assert (loaded.pad_token_id, loaded.eos_token_id, loaded.mask_token_id) == (0, 1, 2)
+    messages = [{"role": "user", "content": "  merge two sorted lists \n"}]
+    text = loaded.apply_chat_template(messages, tokenize=False)
+    assert text == "<|prompt|>merge two sorted lists<|code|>"
+    ids = loaded(text, add_special_tokens=False)["input_ids"]
+    assert ids[0] == 3 and ids[-1] == 4
+    assert ids[1:-1] == tokenizer.encode("merge two sorted lists", add_special_tokens=False).ids
+    code = "def f(x):\n\treturn x  # é\n\n"
+    assert loaded.decode(loaded(code, add_special_tokens=False)["input_ids"]) == code
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def build_from(files: dict[str, tuple[str, corpus.Split]], root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run the real `build` on a few files instead of the whole standard library."""
+    for name, (text, _) in files.items():
+        (root / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "src" / name).write_text(text)
+
+    def find_sources(include_packages: bool = True):
+        for name, (_, split) in files.items():
+            yield corpus.Source(root / "src" / name, "app", "MIT", split)
+
+    monkeypatch.setattr(corpus, "find_sources", find_sources)
+    build(root / "data", vocab_size=300)
+    return root / "data"
+
+
+def codes_in(data: Path, split: str) -> list[str]:
+    tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
+    examples = Examples.load(data / f"{split}.npz")
+    eos = tokenizer.token_to_id(EOS)
+    out = []
+    for i in range(len(examples)):
+        code = examples.code(i).tolist()
+        assert code[-1] == eos and eos not in code[:-1]
+        out.append(tokenizer.decode(code[:-1]))
+    return out
+
+
+def scale_code(i: int) -> str:
+    """The code of short_functions' i-th unit, without its comment."""
+    return f"def scale_{i}(values):\n    return [v * {i} for v in values]\n"
+
+
+ONLY_IN_UTIL = "def only_in_util(x):\n    return x - 1\n"
+ONLY_IN_VALID = "def only_in_valid(x):\n    return x + 2\n"
+HELD_OUT = "def test_scale():\n    assert scale_1([1]) == [1]\n"
+
+
+def test_build_writes_deduplicated_splits_and_holds_out_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    core = short_functions(4)
+    copy = scale_code(2).replace("):\n", "):   \n")  # scale_2 again, with trailing spaces
+    files = {
+        "app/core.py": (core, "train"),
+        "app/util.py": (copy + "\n\n" + ONLY_IN_UTIL, "train"),
+        "app/extra.py": (ONLY_IN_VALID, "valid"),
+        "app/tests/test_core.py": (HELD_OUT, corpus.split_of("app/tests/test_core.py")),
+    }
+    data = build_from(files, tmp_path, monkeypatch)
+    assert sorted(p.name for p in data.iterdir()) == ["tokenizer", "train.npz", "valid.npz"]
+    assert sorted(p.name for p in (data / "tokenizer").iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    assert codes_in(data, "train") == [scale_code(i) for i in range(4)] + [ONLY_IN_UTIL]
+    assert codes_in(data, "valid") == [ONLY_IN_VALID]
+
+
+def test_build_keeps_train_units_out_of_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    core = short_functions(4)
+    files = {
+        "app/core.py": (core, "train"),
+        "app/extra.py": (scale_code(0) + "\n\n" + ONLY_IN_VALID, "valid"),
+    }
+    data = build_from(files, tmp_path, monkeypatch)
+    assert codes_in(data, "valid") == [ONLY_IN_VALID]
+
+
+def test_encode_units_and_examples_round_trip(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    long_prompt = " ".join(f"word{i}" for i in range(100))
+    units = [
+        corpus.Unit("add two numbers", "def add(a, b):\n    return a + b\n", "function", "m:1"),
+        corpus.Unit(long_prompt, "x = 1\n", "module", "m:2"),
+        corpus.Unit("fits exactly", "\x07" * (MAX_CODE - 1), "module", "m:3"),  # one token per unseen byte
+        corpus.Unit("one token too long", "\x07" * MAX_CODE, "module", "m:4"),
+    ]
+    examples = encode_units(tokenizer, units)
+    assert len(examples) == 3
+    eos = tokenizer.token_to_id(EOS)
+    for i, unit in enumerate(units[:3]):
+        prompt = tokenizer.encode(unit.prompt, add_special_tokens=False).ids[:MAX_PROMPT]
+        assert examples.prompt(i).tolist() == prompt
+        assert examples.code(i).tolist() == tokenizer.encode(unit.code, add_special_tokens=False).ids + [eos]
+    assert len(examples.prompt(1)) == MAX_PROMPT
+    assert examples.code_lengths().tolist()[2] == MAX_CODE
+
+    examples.save(tmp_path / "train.npz")
+    loaded = Examples.load(tmp_path / "train.npz")
+    for field in Examples.__dataclass_fields__:
+        before, after = getattr(examples, field), getattr(loaded, field)
+        assert after.dtype == before.dtype and np.array_equal(after, before), field
+    assert loaded.prompt_tokens.dtype == np.int32 and loaded.code_offsets.dtype == np.int64
+
+
+def test_packed_rows_are_whole_sequences_cut_to_the_context(tokenizer: Tokenizer, examples: Examples) -> None:
+    batcher = Batcher(examples, tokenizer, seed=3)
+    rows = batcher.packed(3, 40)
+    assert rows.shape == (3, 40) and rows.dtype == torch.long
+    stream = rows.flatten().tolist()
+    known = [batcher.sequence(i)[0].tolist() for i in range(len(examples))]
+    starts = [k for k, t in enumerate(stream) if t == 3] + [len(stream)]
+    assert starts[0] == 0
+    for a, b in zip(starts, starts[1:], strict=False):
+        piece = stream[a:b]
+        if b < len(stream):
+            assert piece in known
+        else:  # the last one is cut at the end of the batch
+            assert any(seq[: len(piece)] == piece for seq in known)
+
+
+def test_canvases_rows_are_prompt_code_eos_pad(tokenizer: Tokenizer, examples: Examples) -> None:
+    canvas = 32
+    lengths = examples.code_lengths()
+    assert (lengths > canvas).any() and (lengths <= canvas).any()  # both kinds are in the data
+    batcher = Batcher(examples, tokenizer, seed=0)
+    for _ in range(5):
+        ids, answer = batcher.canvases(6, canvas)
+        assert ids.shape == answer.shape and answer.dtype == torch.bool
+        starts = []
+        for row, mask in zip(ids.tolist(), answer.tolist(), strict=True):
+            assert row[0] == 3
+            start = row.index(4) + 1  # just after <|code|>
+            starts.append(start)
+            end = row.index(1)  # <|eos|>
+            match = [
+                i
+                for i in range(len(examples))
+                if examples.prompt(i).tolist() == row[1 : start - 1]
+                and examples.code(i).tolist() == row[start : end + 1]
+            ]
+            assert match, "the row is not prompt, code, EOS of one example"
+            assert lengths[match[0]] <= canvas
+            assert row[end + 1 :] == [0] * (len(row) - end - 1)
+            assert mask == [k >= start for k in range(len(row))]
+        assert ids.shape[1] == max(starts) + canvas
+
+
+# ---------------------------------------------------------------------------------------------
+# losses
+
+
+@pytest.mark.parametrize(("length", "block"), [(8, 4), (10, 4), (7, 3), (5, 8), (6, 1)])
+def test_two_copy_mask_follows_its_rule(length: int, block: int) -> None:
+    expected = torch.zeros(2 * length, 2 * length, dtype=torch.bool)
+    for q in range(2 * length):
+        for k in range(2 * length):
+            q_noisy, k_noisy = q < length, k < length
+            qb, kb = (q % length) // block, (k % length) // block
+            if q_noisy and k_noisy:
+                expected[q, k] = qb == kb
+            elif q_noisy:
+                expected[q, k] = kb < qb
+            elif k_noisy:
+                expected[q, k] = False  # clean never sees noisy
+            else:
+                expected[q, k] = kb <= qb
+    mask = two_copy_mask(length, block)
+    assert mask.shape == (1, 1, 2 * length, 2 * length) and mask.dtype == torch.bool
+    assert torch.equal(mask[0, 0], expected)
+
+
+@torch.no_grad()
+def test_clean_half_of_two_copy_forward_is_a_block_causal_forward(tiny_model: Qwen2ForCausalLM) -> None:
+    rows, length, block = 2, 11, 4
+    ids = random_ids(rows, length, seed=1)
+    noisy = ids.clone()
+    noisy[:, 3::2] = MASK_ID
+    x = torch.cat([noisy, ids], dim=1)
+    positions = torch.arange(length).repeat(2)[None].expand(rows, -1)
+    mask = two_copy_mask(length, block).expand(rows, -1, -1, -1)
+    both = tiny_model.model(input_ids=x, attention_mask=mask, position_ids=positions).last_hidden_state
+    clean = block_causal_hidden(tiny_model, ids, block)
+    torch.testing.assert_close(both[:, length:], clean, atol=1e-5, rtol=0)
+    # Not vacuous: the model tells block-causal from causal attention, and the noisy copy matters.
+    causal = tiny_model.model(input_ids=ids).last_hidden_state
+    assert (causal - clean).abs().max() > 1e-2
+    assert (both[:, :length] - clean).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_noise_masks_only_answer_positions_and_at_least_one_per_row(seed: int) -> None:
+    rows, length, block = 16, 23, 4
+    gen = torch.Generator().manual_seed(100 + seed)
+    starts = torch.randint(1, length - 1, (rows,), generator=gen)
+    answer = torch.arange(length)[None] >= starts[:, None]
+    ids = torch.randint(5, VOCAB, (rows, length), generator=gen)
+    masked = noise(ids, answer, block, t_min=0.0, gen=torch.Generator().manual_seed(seed))
+    assert masked.dtype == torch.bool and masked.shape == (rows, length)
+    assert not (masked & ~answer).any()
+    assert masked.any(dim=1).all()
+    # t_min = 1: every answer position is masked.
+    everything = noise(ids, answer, block, t_min=1.0, gen=torch.Generator().manual_seed(seed))
+    assert torch.equal(everything, answer)
+
+
+def test_noise_masks_the_first_answer_position_of_a_row_that_drew_nothing() -> None:
+    # One answer position per row and low rates: many rows draw nothing and must get that position.
+    rows, length = 64, 12
+    answer = torch.zeros(rows, length, dtype=torch.bool)
+    answer[torch.arange(rows), torch.arange(rows) % (length - 2) + 2] = True
+    ids = torch.randint(5, VOCAB, (rows, length), generator=torch.Generator().manual_seed(0))
+    masked = noise(ids, answer, 4, t_min=0.0, gen=torch.Generator().manual_seed(0))
+    assert torch.equal(masked, answer)
+
+
+def reference_bd_loss(
+    model: Qwen2ForCausalLM, ids: torch.Tensor, masked: torch.Tensor, mask_id: int, block: int
+) -> torch.Tensor:
+    """One forward per masked target j of block b = j // block, showing the model exactly what it
+    may see: when j-1 is in block b, the clean blocks before b and the noisy block b (logits from
+    j-1); when j starts block b, only the clean blocks before b (logits from j-1, their last)."""
+    length = ids.shape[1]
+    losses = []
+    for r in range(ids.shape[0]):
+        noisy = torch.where(masked[r], mask_id, ids[r])
+        for j in masked[r].nonzero().flatten().tolist():
+            start = (j // block) * block
+            if (j - 1) // block == j // block:
+                x = torch.cat([ids[r, :start], noisy[start : min(start + block, length)]])
+            else:
+                x = ids[r, :start]
+            hidden = block_causal_hidden(model, x[None], block)[0, j - 1]
+            logits = model.lm_head(hidden)
+            losses.append(F.cross_entropy(logits[None].float(), ids[r, j][None]))
+    return torch.stack(losses).mean()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(("length", "block"), [(11, 4), (12, 3)])
+def test_bd_loss_equals_a_position_by_position_reference(tiny_model: Qwen2ForCausalLM, length: int, block: int) -> None:
+    rows = 2
+    ids = random_ids(rows, length, seed=2)
+    answer = torch.zeros(rows, length, dtype=torch.bool)
+    answer[0, 3:] = True
+    answer[1, 2:] = True
+    masked = noise(ids, answer, block, t_min=0.3, gen=torch.Generator().manual_seed(5))
+    masked[0, block] = masked[1, 2 * block] = True  # targets that start a block (logits from the clean copy)
+    masked[0, block + 1] = True  # and one inside a block (from the noisy copy)
+    loss = bd_loss(tiny_model, ids, masked, MASK_ID, block)
+    expected = reference_bd_loss(tiny_model, ids, masked, MASK_ID, block)
+    assert loss.shape == ()
+    torch.testing.assert_close(loss, expected, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_ar_loss_equals_transformers_loss(tiny_model: Qwen2ForCausalLM) -> None:
+    ids = random_ids(3, 17, seed=3)
+    expected = tiny_model(input_ids=ids, labels=ids).loss
+    torch.testing.assert_close(ar_loss(tiny_model, ids), expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer, end to end on a tiny corpus
+
+
+CONFIG = TrainConfig(
+    hidden=32, layers=2, heads=4, ffn=64, context=64, batch=2, canvases=(32,), ar_tokens=256, eval_every=3, warmup=2
+)
+
+
+@pytest.fixture(scope="module")
+def data_folder(tmp_path_factory: pytest.TempPathFactory, tokenizer: Tokenizer) -> Path:
+    """tokenizer/, train.npz and valid.npz as `build` writes them, from a handful of units."""
+    folder = tmp_path_factory.mktemp("data")
+    save_tokenizer(tokenizer, folder / "tokenizer")
+    train = list(corpus.units_of(short_functions(20) + "\n\n" + "\n".join(python_lines(10)), "t:train.py"))
+    valid = list(corpus.units_of(short_functions(8, offset=100), "t:valid.py"))
+    encode_units(tokenizer, train).save(folder / "train.npz")
+    encode_units(tokenizer, valid).save(folder / "valid.npz")
+    return folder
+
+
+def state_of(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def assert_same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_trainer_phases_resume_validate_export_and_generate(
+    data_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    trainer = Trainer(data_folder, run, CONFIG)
+    assert (trainer.step, trainer.tokens, trainer.phase) == (0, 0, "ar")
+    initial = state_of(trainer)
+
+    # 1) two AR steps of batch x context tokens, then block diffusion
+    phases, losses = [], []
+    for _ in range(4):
+        phases.append(trainer.phase)
+        losses.append(trainer.one_step())
+    assert phases == ["ar", "ar", "bd", "bd"]
+    assert all(math.isfinite(x) for x in losses), losses
+    assert losses[0] == pytest.approx(math.log(trainer.tokenizer.get_vocab_size()), rel=0.2)  # untrained
+    assert trainer.step == 4 and trainer.tokens > 2 * CONFIG.batch * CONFIG.context
+    assert any(not torch.equal(initial[k], v) for k, v in state_of(trainer).items())
+
+    # 2) validation scores the EMA weights and puts the live ones back
+    live = state_of(trainer)
+    scores = trainer.validate()
+    assert set(scores) == {"valid_ar", "valid_bd"} and all(math.isfinite(v) for v in scores.values())
+    assert_same_tensors(state_of(trainer), live)
+    assert trainer.model.training
+
+    # 3) save, then a new Trainer on the same run folder resumes exactly
+    trainer.save()
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt"]
+    resumed = Trainer(data_folder, run, CONFIG)
+    assert (resumed.step, resumed.tokens, resumed.phase) == (trainer.step, trainer.tokens, "bd")
+    assert_same_tensors(state_of(resumed), live)
+    assert_same_tensors(resumed.ema, trainer.ema)
+    # ... down to the data order and the noise: the next step is the same step
+    assert resumed.one_step() == trainer.one_step()
+    assert_same_tensors(state_of(resumed), state_of(trainer))
+
+    # 4) export writes the EMA weights as a folder dcode.models loads
+    from dcode import models
+
+    folder = tmp_path / "export"
+    trainer.export(folder)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    loaded = models.load(str(folder))
+    facts = loaded.facts
+    assert (facts.block, facts.mask_id, facts.shifted) == (CONFIG.block, 2, True)
+    assert (facts.pad_id, facts.eos_ids, facts.vocab_size) == (0, frozenset({1}), 400)
+    weights = loaded.model.state_dict()
+    for key, value in trainer.ema.items():
+        assert torch.equal(weights[key], value), key
+    assert not torch.equal(weights["model.norm.weight"], trainer.model.state_dict()["model.norm.weight"])  # EMA
+    config = json.loads((folder / "config.json").read_text())
+    assert config["dcode_training"] == {"steps": trainer.step, "tokens_seen": trainer.tokens}
+
+    # 5) `dcode new` runs it
+    from typer.testing import CliRunner
+
+    from dcode.cli import app
+    from dcode.syntax import find_issues
+
+    for name in list(os.environ):
+        if name.startswith("DCODE_"):
+            monkeypatch.delenv(name)
+    result = CliRunner().invoke(
+        app,
+        ["new", "a function that adds two numbers", "--model", str(folder), "--length", "16", "--json", "--no-repair"],
+        prog_name="dcode",
+    )
+    assert result.exit_code in (0, 3), (result.exit_code, result.stderr, result.exception)
+    report = json.loads(result.stdout)
+    assert isinstance(report["code"], str)
+    assert result.exit_code == (3 if find_issues(report["code"], "python") else 0)
+    assert report["canvas"] == 16
+
+
+def test_exported_model_gives_the_block_causal_logits_of_the_ema_weights(data_folder: Path, tmp_path: Path) -> None:
+    """What the loader runs is what the Trainer trained: block-causal attention, EMA weights."""
+    from dcode import models
+
+    trainer = Trainer(data_folder, tmp_path / "run", CONFIG)
+    for _ in range(3):
+        trainer.one_step()
+    trainer.export(tmp_path / "export")
+    loaded = models.load(str(tmp_path / "export"))
+    trainer.model.load_state_dict(trainer.ema)
+    trainer.model.eval()
+    ids = torch.tensor([[3, 40, 41, 42, 4] + [2] * 20])
+    with torch.no_grad():
+        hidden = block_causal_hidden(trainer.model, ids, CONFIG.block)
+        expected = trainer.model.lm_head(hidden)
+    torch.testing.assert_close(loaded(ids), expected, atol=1e-5, rtol=0)
