@@ -37,6 +37,17 @@ class SamplerConfig:
     temperature: float = 0.0
     # Nucleus filter applied before sampling (1.0 = off).
     top_p: float = 1.0
+    # Linear temperature schedule within a block (DiffusionGemma: 0.8 -> 0.4): `temperature` at a
+    # block's first pass, falling towards temperature * cooling at its last allowed pass
+    # (max_block_steps, else one pass per position to fill). 1.0 = constant temperature.
+    cooling: float = 1.0
+    # At most this many passes per block; the last one commits whatever is left greedily
+    # (DiffusionGemma: 48). None = no cap (every pass commits at least one position).
+    max_block_steps: int | None = None
+    # Early stop (DiffusionGemma's stable-and-confident rule): once a block's argmax is the same
+    # as the previous pass's and the mean entropy of its distributions is below this, commit the
+    # rest greedily (DiffusionGemma: 0.005). 0 = off.
+    stop_entropy: float = 0.0
     # Reuse keys/values of finished blocks where the model's attention makes that exact.
     cache: bool = True
     # Once a finished block holds an end-of-answer token, fill what is left with padding and stop.
@@ -63,3 +74,9 @@ class SamplerConfig:
             raise ValueError("seed must be an integer in [0, 2**63)")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError("top_p must be in (0, 1]")
+        if not 0.0 <= self.cooling <= 1.0:
+            raise ValueError("cooling must be in [0, 1]")
+        if self.max_block_steps is not None and self.max_block_steps < 1:
+            raise ValueError("max block steps must be at least 1")
+        if not 0 <= self.stop_entropy < math.inf:
+            raise ValueError("stop entropy must be a finite number >= 0")

@@ -1,20 +1,24 @@
 """The one sampling loop: denoise() yields a Step per forward pass.
 
 Pure tensor code: takes a denoiser (see dcode.models.base) and a canvas of token ids in which some
-positions hold the mask token, and fills them block by block. Knows nothing about tokenizers,
-tree-sitter, files or the terminal. The CLI, the live view, the repair pass, the benchmarks and the
-tests all consume this generator; "just the result" is final(denoise(...)).
+positions are still to fill (by default those holding the mask token), and fills them block by
+block. A masked-diffusion model sees those positions as masks; a uniform-noise model
+(DiffusionGemma) sees them as random tokens, re-noised before every pass, and may be fed the
+previous pass's logits. Knows nothing about tokenizers, tree-sitter, files or the terminal. The
+CLI, the live view, the repair pass, the benchmarks and the tests all consume this generator;
+"just the result" is final(denoise(...)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
 from dcode.config import SamplerConfig
-from dcode.models.base import Denoiser
+from dcode.models.base import Denoiser, UniformDenoiser
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,9 @@ class Step:
     block: tuple[int, int]  # the block being decoded, [start, end)
     forward: int  # forward passes so far, this one included
     input_tokens: int  # tokens fed to this forward pass (less than L with the cache)
-    masked: int  # masked positions left after this pass
+    masked: int  # positions left to fill after this pass (they hold the mask id in `canvas`)
     done: bool  # nothing is left to fill
+    renoised: int = 0  # positions fed as fresh random tokens to this pass (uniform-noise models)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,6 +135,41 @@ def commit_entropy_bound(entropies: torch.Tensor, gamma: float) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
+# Uniform noise and the per-block schedule (DiffusionGemma, transformers generation_diffusion_gemma)
+
+
+def uniform_noise(count: int, vocab_size: int, placeholder: int, gen: torch.Generator) -> torch.Tensor:
+    """`count` ids drawn uniformly from the vocabulary less the placeholder id, so that the mask
+    placeholder is never fed to a uniform-noise model. -> (count,)"""
+    ids = torch.randint(vocab_size - 1, (count,), generator=gen)
+    return ids + (ids >= placeholder).long()
+
+
+def linear_temperature(temperature: float, cooling: float, step: int, horizon: int) -> float:
+    """DiffusionGemma's linear schedule: at pass n of a block with N allowed passes,
+    T_n = T_min + (T_max - T_min) * (N - n) / N with T_max = temperature, T_min = temperature * cooling.
+    Example: linear_temperature(0.8, 0.5, 0, 48) -> 0.8; linear_temperature(0.8, 0.5, 47, 48) ~ 0.408."""
+    if cooling == 1.0:
+        return temperature
+    left = max(0, horizon - step) / horizon
+    return temperature * (cooling + (1.0 - cooling) * left)
+
+
+def stable_and_confident(
+    logits: torch.Tensor, temperature: float, placeholder: int, before: torch.Tensor | None, bound: float
+) -> tuple[bool, torch.Tensor]:
+    """DiffusionGemma's early stop: the block's argmax equals the previous pass's (`before`) and
+    the mean entropy of its temperature-scaled distributions is below `bound`. logits (n, V).
+    Returns (stop, argmax (n,))."""
+    scaled = logits.float() / temperature if temperature > 0 else logits.float().clone()  # (n, V)
+    scaled[:, placeholder] = float("-inf")
+    greedy = scaled.argmax(dim=-1)
+    if before is None or not torch.equal(greedy, before):
+        return False, greedy
+    return float(entropy(scaled.softmax(dim=-1)).mean()) < bound, greedy
+
+
+# ---------------------------------------------------------------------------------------------
 # Blocks
 
 
@@ -157,13 +197,23 @@ def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[i
 # The loop
 
 
-def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerConfig) -> Iterator[Step]:
-    """Fill every mask token in canvas[start:] and yield a Step after each forward pass.
+def denoise(
+    model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerConfig, fill: torch.Tensor | None = None
+) -> Iterator[Step]:
+    """Fill the positions `fill` marks in canvas[start:] and yield a Step after each forward pass.
 
-    canvas (L,) holds the prompt in [0, start) and the answer region in [start, L); masks may sit
-    anywhere in the answer region (the repair pass re-masks spans in the middle). Positions are
-    filled block by block, left to right; a block's positions are never committed before the
-    blocks to its left are finished.
+    canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). fill (L,) bool
+    marks the positions to fill (default: those holding facts.mask_id); they may sit anywhere in
+    the answer region (the repair pass re-masks spans in the middle). Every Step's canvas shows
+    them as facts.mask_id until they are committed. Positions are filled block by block, left to
+    right; a block's positions are never committed before the blocks to its left are finished.
+
+    facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
+    cache once (model.extend), then each pass feeds the block alone with every position still to
+    fill holding a random token from the seeded generator (re-noised every pass) and hands the
+    model the previous pass's temperature-scaled logits (`previous=`, self-conditioning).
+    Committed positions stay committed. A uniform model's blocks count from `start` (its canvases
+    begin where the answer does).
     """
     facts = model.facts
     device = model.device
@@ -171,12 +221,19 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
     length = len(canvas)
     if facts.shifted and start < 1:
         raise ValueError("a model with shifted logits needs at least one prompt token")
+    renoiser = cast(UniformDenoiser, model) if facts.noise == "uniform" else None
+    if renoiser is not None and start < 1:
+        raise ValueError("a uniform-noise model needs at least one prompt token as context")
+    if fill is not None and fill.shape != canvas.shape:
+        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
     gen = torch.Generator().manual_seed(config.seed)
     score = SCORES[config.ordering]
-    aligned = facts.block is not None
+    aligned = facts.block is not None and renoiser is None
     size = facts.block or config.block or max(1, length - start)
     cache = model.new_cache() if config.cache else None
-    is_masked = canvas == facts.mask_id
+    is_masked = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)
+    is_masked[:start] = False  # the prompt is never filled
+    canvas[is_masked] = facts.mask_id  # the placeholder every Step shows for a position still to fill
     masks_total = int(is_masked[start:].sum())
     forward = 0
     carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
@@ -189,10 +246,27 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
         steps = config.steps or masks_total
         plan = schedule_counts(in_block, max(1, round(steps * in_block / max(1, masks_total))))
         a = (s // facts.block) * facts.block if facts.block else s  # first position of s's attention block
+        horizon = config.max_block_steps or in_block  # the passes the temperature schedule spans
+        previous: torch.Tensor | None = None  # (1, e-s, V) last pass's scaled logits (uniform models)
+        before: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
         step_in_block = 0
         while bool(is_masked[s:e].any()):
+            temperature = linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
+            rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
             # 1) forward: with a cache only the uncached stretch up to this block's end
-            if cache is not None:
+            if renoiser is not None:
+                # The context goes into the cache once, clean (without a cache: every pass, afresh);
+                # the block goes in alone, its unfilled positions re-noised.
+                context = cache if cache is not None else renoiser.new_cache()
+                c = context.length
+                if c < s:
+                    renoiser.extend(canvas[None, c:s], context)
+                noisy = canvas[s:e].clone()
+                noisy[rows] = uniform_noise(len(rows), facts.vocab_size, facts.mask_id, gen).to(device)
+                logits = renoiser(noisy[None], context, previous=previous)[0]  # (e-s, V)
+                previous = (logits / temperature if temperature > 0 else logits)[None]
+                fed = e - c
+            elif cache is not None:
                 c = cache.length
                 out = model(canvas[None, c:e], cache)[0]  # (e-c, V)
                 cache.crop(a)  # keep finished blocks only
@@ -210,15 +284,22 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
                 logits = out[s - 1 : e - 1] if facts.shifted else out[s:e]
             forward += 1
 
-            # 2) a token and a score for every masked position of the block
-            rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of masked positions
+            # 2) a token and a score for every position of the block still to fill
             candidates = logits[rows]
             candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
-            tokens, probs = choose_tokens(candidates, config.temperature, config.top_p, gen)
+            tokens, probs = choose_tokens(candidates, temperature, config.top_p, gen)
             scores = score(probs, tokens, gen)
 
-            # 3) commit some of them
-            if config.rule == "schedule":
+            # 3) commit some of them; all of them, greedily, on the block's last allowed pass or
+            # once it is stable and confident
+            settled = False
+            if config.stop_entropy > 0:
+                settled, before = stable_and_confident(logits, temperature, facts.mask_id, before, config.stop_entropy)
+            capped = config.max_block_steps is not None and step_in_block + 1 >= config.max_block_steps
+            if settled or capped:
+                pick = torch.arange(len(rows), device=rows.device)
+                tokens = candidates.argmax(dim=-1)
+            elif config.rule == "schedule":
                 count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
                 pick = commit_top(scores, count)
             elif config.rule == "threshold":
@@ -248,6 +329,7 @@ def denoise(model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerCo
                 input_tokens=fed,
                 masked=left,
                 done=left == 0,
+                renoised=len(rows) if renoiser is not None else 0,
             )
             if ended:
                 return

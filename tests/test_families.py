@@ -516,7 +516,7 @@ def test_unknown_and_not_yet_supported_model_types(llada_folder: Path, tmp_path:
     shutil.copytree(llada_folder, folder)
     edit_config(folder, model_type="mamba", architectures=["MambaForCausalLM"])
     assert one_line_error(str(folder)) == (
-        f"{folder}: unsupported model_type 'mamba' (supported: dream, llada, qwen2, qwen3)"
+        f"{folder}: unsupported model_type 'mamba' (supported: diffusion_gemma, dream, llada, qwen2, qwen3)"
     )
     edit_config(folder, model_type="diffusion_gemma")
     assert "uniform-noise diffusion" in one_line_error(str(folder))

@@ -100,10 +100,8 @@ def test_pull_refuses_unsupported_before_the_weights(hub):
     ns = build_app()
     result = run(ns, ["models", "pull", "org/bert"])
     assert result.exit_code == 2
-    assert (
-        result.stderr
-        == "dcode: error: org/bert: unsupported model_type 'bert' (supported: dream, llada, qwen2, qwen3)\n"
-    )
+    supported = "diffusion_gemma, dream, llada, qwen2, qwen3"
+    assert result.stderr == f"dcode: error: org/bert: unsupported model_type 'bert' (supported: {supported})\n"
     assert calls == [("org/bert", None, ("config.json",))]
     assert not (cache / "models--org--bert" / "snapshots" / "abc" / "model.safetensors").exists()
 

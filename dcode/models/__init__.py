@@ -57,10 +57,10 @@ FAMILIES = {
     "llada": Family("llada", frozenset({"llada"}), frozenset({"LLaDAModelLM"})),
     "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),
     "qwen3": Family("qwen2", frozenset({"qwen3"}), frozenset()),  # SDAR-style: same module
-}
-# Known diffusion checkpoints dcode cannot run yet, with the reason (model_type -> why).
-NOT_YET = {
-    "diffusion_gemma": "DiffusionGemma is uniform-noise diffusion (no mask token): dcode's sampler cannot run it yet",
+    # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
+    "diffusion_gemma": Family(
+        "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})
+    ),
 }
 
 
@@ -84,8 +84,6 @@ def require_family(config: Mapping[str, Any], where: Path | str) -> str:
     if family is not None:
         return family
     model_type = config.get("model_type")
-    if str(model_type).lower() in NOT_YET:
-        raise ModelError(f"{where}: {NOT_YET[str(model_type).lower()]}")
     raise ModelError(f"{where}: unsupported model_type {model_type!r} (supported: {', '.join(sorted(FAMILIES))})")
 
 

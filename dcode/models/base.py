@@ -2,14 +2,15 @@
 
 A model is anything callable from token ids (B, L) to logits (B, L, V) that carries `facts` and
 can make a key/value cache (or says it cannot). The embedded model, every real family and the
-tests' fake all satisfy it; nothing inherits from a dcode class.
+tests' fake all satisfy it; nothing inherits from a dcode class. A uniform-noise model
+(facts.noise == "uniform", DiffusionGemma) satisfies UniformDenoiser, which adds two things.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +31,10 @@ class ModelFacts:
     block: int | None  # block-causal attention block size; None = full attention
     max_length: int  # longest canvas (prompt + answer) the model's positions allow
     vocab_size: int
+    # How training corrupted tokens. "mask": a position still to fill holds mask_id and the model
+    # sees it. "uniform" (DiffusionGemma): it holds a random token, drawn afresh before every pass;
+    # mask_id is then only the sampler's placeholder in the canvases it yields, never fed.
+    noise: Literal["mask", "uniform"] = "mask"
     prompt: str = "new"  # prompt template in dcode/prompts ("new-bare" for models trained on bare requests)
     # The family's recommended sampler settings, as SamplerConfig field names -> values (e.g.
     # {"ordering": "entropy", "temperature": 0.1}); the CLI applies them to options the user left
@@ -56,3 +61,18 @@ class Denoiser(Protocol):
 
     @property
     def device(self) -> torch.device: ...
+
+
+class UniformDenoiser(Denoiser, Protocol):
+    """A uniform-noise block-diffusion model (DiffusionGemma): an encoder writes the context
+    before a block into the cache, clean and once; then each pass denoises the block alone,
+    reading the cache without writing it, optionally fed the previous pass's logits
+    (self-conditioning). The sampler calls extend(context, cache), then model(block, cache, previous=...)."""
+
+    def __call__(
+        self, ids: torch.Tensor, cache: Any = None, *, previous: torch.Tensor | None = None
+    ) -> torch.Tensor: ...  # ids (B, n) at positions [P, P+n), P = cache.length -> logits (B, n, V)
+
+    def extend(self, ids: torch.Tensor, cache: Any) -> None: ...  # encode ids (B, n) at [P, P+n) into the cache
+
+    def new_cache(self) -> Cache: ...  # always a cache: the block reads its context from it
