@@ -70,10 +70,7 @@ GOOD = {
         "    let mut m = HashMap::new();\n    for w in words {\n        *m.entry(*w).or_insert(0) += 1;\n"
         "    }\n    m\n}\n"
     ),
-    "go": (
-        'package main\n\nimport "fmt"\n\nfunc main() {\n\tfor i := 0; i < 3; i++ {\n'
-        "\t\tfmt.Println(i)\n\t}\n}\n"
-    ),
+    "go": ('package main\n\nimport "fmt"\n\nfunc main() {\n\tfor i := 0; i < 3; i++ {\n\t\tfmt.Println(i)\n\t}\n}\n'),
     "c": (
         "#include <stdio.h>\n\nstatic int add(int a, int b) { return a + b; }\n\n"
         'int main(void) {\n  printf("%d\\n", add(1, 2));\n  return 0;\n}\n'
