@@ -124,9 +124,10 @@ def new(
     ids = prompt_ids(model, request, language)
     check_length(model, len(ids), length)
     canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
+    fill = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
     began = time.perf_counter()
     last: Step | None = None
-    for last in denoise(model, canvas, len(ids), config):
+    for last in denoise(model, canvas, len(ids), config, fill=fill):
         yield last
     assert last is not None
     text, kept = answer_text(model, last.canvas, len(ids))
@@ -313,11 +314,13 @@ def edit(
             )
     start = len(ids) + len(head)
     canvas = torch.tensor(ids + head + [facts.mask_id] * budget + tail, dtype=torch.long)
+    fill = torch.zeros(len(canvas), dtype=torch.bool)
+    fill[start : start + budget] = True
 
     # 2) the same sampler fills the masks; a region in the middle of the file must not end it
     began = time.perf_counter()
     last: Step | None = None
-    for last in denoise(model, canvas, start, replace(config, stop_at_eos=False)):
+    for last in denoise(model, canvas, start, replace(config, stop_at_eos=False), fill=fill):
         yield last
     assert last is not None
     drop = facts.eos_ids | {facts.pad_id, facts.mask_id}

@@ -269,7 +269,10 @@ def repair(
 
         # 2) the same sampler fills the masks
         last: Step | None = None
-        for last in denoise(model, canvas, len(prompt_ids), config):
+        fill = torch.zeros(len(canvas), dtype=torch.bool)  # explicit, as the placeholder may be a real token
+        for a, b in regions:
+            fill[a:b] = True
+        for last in denoise(model, canvas, len(prompt_ids), config, fill=fill):
             yield last
         assert last is not None  # every span holds at least room(0) = 2 masks
 

@@ -526,9 +526,9 @@ def test_an_end_token_in_the_region_does_not_end_the_file(tokenizer, monkeypatch
     configs: list[SamplerConfig] = []
     real = pipeline.denoise
 
-    def spy(model, canvas, start, config):
+    def spy(model, canvas, start, config, fill=None):
         configs.append(config)
-        return real(model, canvas, start, config)
+        return real(model, canvas, start, config, fill=fill)
 
     monkeypatch.setattr(pipeline, "denoise", spy)
     run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, parse_lines("9-10", SOURCE))
