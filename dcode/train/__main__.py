@@ -23,6 +23,12 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--ar-tokens", type=int, default=None, help="switch to block diffusion after this many tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    parser.add_argument(
+        "--weights",
+        choices=["ema", "live", "best"],
+        default="best",
+        help="export the EMA weights, the live ones, or whichever has the lower validation BD loss",
+    )
     args = parser.parse_args()
 
     import torch
@@ -45,7 +51,12 @@ def main() -> None:
     if args.command == "fit":
         trainer.fit(args.minutes)
     else:
-        trainer.export(args.out)
+        ema = args.weights == "ema"
+        if args.weights == "best":
+            losses = {kind: trainer.validate(ema=kind == "ema")["valid_bd"] for kind in ("ema", "live")}
+            print(f"validation BD loss: EMA {losses['ema']:.4f}, live {losses['live']:.4f}")
+            ema = losses["ema"] <= losses["live"]
+        trainer.export(args.out, ema=ema)
 
 
 if __name__ == "__main__":

@@ -190,10 +190,10 @@ class Trainer:
         return float(loss.detach())
 
     @torch.no_grad()
-    def validate(self, rows: int = 96) -> dict[str, float]:
-        """AR and BD losses of the EMA weights on a fixed slice of the validation split."""
+    def validate(self, rows: int = 96, ema: bool = True) -> dict[str, float]:
+        """AR and BD losses of the EMA (or the live) weights on a fixed slice of the validation split."""
         live = {k: v.clone() for k, v in self.model.state_dict().items()}
-        self.model.load_state_dict(self.ema)
+        self.model.load_state_dict(self.ema if ema else live)
         self.model.eval()
         batcher = Batcher(self.valid, self.tokenizer, seed=1234)
         gen = torch.Generator().manual_seed(1234)
@@ -252,12 +252,13 @@ class Trainer:
                 losses = []
         self.save()
 
-    def export(self, folder: Path) -> None:
-        """Write the EMA weights as a loadable model folder (config, safetensors, tokenizer)."""
+    def export(self, folder: Path, ema: bool = True) -> None:
+        """Write the EMA (or the live) weights as a loadable model folder (config, safetensors, tokenizer)."""
         folder.mkdir(parents=True, exist_ok=True)
+        weights = self.ema if ema else self.model.state_dict()
         tensors = {
             k: v.detach().clone().contiguous()
-            for k, v in self.ema.items()
+            for k, v in weights.items()
             if k != "lm_head.weight"  # tied to the embedding
         }
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
