@@ -1,0 +1,147 @@
+"""benchmarks/make_checkpoints.py and benchmarks/gpu_check.sh, at the tiny size on the CPU.
+
+The checkpoints of every family load through dcode.models.load with the family's facts, and the
+GPU check runs end to end (DEVICE=cpu SIZE=tiny), so the one run a lent GPU gets does not fail on
+a typo: one report per family, a summary, and a failing family that does not stop the others.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from dcode import models
+from dcode.models.checkpoint import read_headers
+
+ROOT = Path(__file__).resolve().parent.parent
+MAKE = ROOT / "benchmarks" / "make_checkpoints.py"
+CHECK = ROOT / "benchmarks" / "gpu_check.sh"
+FAMILIES = ("qwen2", "dream", "llada", "diffusion_gemma")
+# family -> (attention block, shifted logits, noise, the token that stands for "still to fill")
+FACTS = {
+    "qwen2": (4, True, "mask", "<|mask|>"),
+    "dream": (None, True, "mask", "<|mask|>"),
+    "llada": (None, False, "mask", "<|mdm_mask|>"),
+    "diffusion_gemma": (8, False, "uniform", "<mask>"),
+}
+END_TOKENS = {"qwen2": "<|eos|>", "dream": "<|im_end|>", "llada": "<|eot_id|>", "diffusion_gemma": "<turn|>"}
+MODEL_TYPES = {"qwen2": "qwen2", "dream": "Dream", "llada": "llada", "diffusion_gemma": "diffusion_gemma"}
+
+
+def make_checkpoints() -> ModuleType:
+    """benchmarks/make_checkpoints.py as a module (benchmarks/ is not a package)."""
+    name = "dcode_bench_make_checkpoints"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, MAKE)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclass looks the module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("checkpoints")
+    assert make_checkpoints().main([str(path), "--size", "tiny"]) == 0
+    return path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tiny_checkpoint_loads_with_its_family_facts(folder: Path, family: str) -> None:
+    path = folder / family
+    config = json.loads((path / "config.json").read_text())
+    assert config["model_type"] == MODEL_TYPES[family]
+    headers = read_headers(path)
+    assert {t.dtype for t in headers.values()} == {"F32"}  # tiny: float32
+    assert 50_000 < sum(t.count for t in headers.values()) < 1_000_000
+    settings = json.loads((path / "tokenizer_config.json").read_text())
+    assert settings["chat_template"]
+
+    model = models.load(str(path))
+    facts = model.facts
+    block, shifted, noise, placeholder = FACTS[family]
+    assert (facts.family, facts.block, facts.shifted, facts.noise) == (family, block, shifted, noise)
+    vocab = model.tokenizer.get_vocab()
+    assert facts.mask_id == vocab[placeholder]
+    assert vocab[END_TOKENS[family]] in facts.eos_ids
+    assert facts.vocab_size > len(vocab)  # padded embedding rows, as the released checkpoints have
+    assert model.tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+
+
+def test_unknown_family_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as error:
+        make_checkpoints().main([str(tmp_path), "--size", "tiny", "--families", "qwen2,gpt2"])
+    assert error.value.code == 2
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def run_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHON": sys.executable}
+    base |= {"DEVICE": "cpu", "SIZE": "tiny", "LIMIT": "1", "LENGTH": "16", "REPEATS": "1"}
+    for key in ("DCODE_MODEL", "DCODE_DEVICE", "DCODE_LENGTH", "DCODE_QUIET", "SETTINGS", "FAMILIES", "AR"):
+        base.pop(key, None)
+    return subprocess.run(
+        ["bash", str(CHECK), str(out)], env=base | env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_gpu_check_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_check(out)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for family in FAMILIES:
+        report = json.loads((out / family / "speed.json").read_text())
+        assert report["device"] == "cpu" and report["length"] == 16 and report["prompts"] == 1
+        rows = {row["setting"]: row for row in report["settings"]}
+        assert rows["one-per-pass"]["config"]["cache"] is False  # without the cache
+        fast = [row for row in report["settings"] if row["role"] == "fast"]
+        assert len(fast) == 1 and fast[0]["config"]["cache"] is True  # with it
+        assert all(row["tokens"] == 16 and row["tokens_per_second"] > 0 for row in report["settings"])
+        assert ("autoregressive" in rows) == (family != "diffusion_gemma")
+        assert (out / family / "speed.md").is_file()
+    summary = (out / "summary.md").read_text()
+    assert summary.count("| one-per-pass | off |") == 4
+    assert "| qwen2 | threshold-0.9 | on |" in summary
+    assert "| dream | threshold-0.9-block-32 | off (full attention) |" in summary
+    assert "| diffusion_gemma | entropy-bound-0.1 | on |" in summary
+    log = (out / "gpu_check.log").read_text()
+    assert log == done.stdout and "nvidia-smi" in log
+    assert all(f"{family}: ok in" in log for family in FAMILIES)
+
+
+def test_a_failing_family_does_not_stop_the_others_and_a_timeout_is_retried(tmp_path: Path) -> None:
+    # qwen2 fails at once: threshold-0.9-block-32 exists only for full-attention models. llada's
+    # first run hangs (a stand-in python sleeps instead) until FAMILY_TIMEOUT; the retry with
+    # LIMIT=1 REPEATS=1 runs the real bench.
+    stub = tmp_path / "python"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        'case " $* " in *"/llada --device cpu --limit 2 "*) exec sleep 60 ;; esac\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    env = {"FAMILIES": "qwen2,llada", "SETTINGS": "one-per-pass,threshold-0.9-block-32", "AR": "0"}
+    done = run_check(out, **env, LIMIT="2", LENGTH="8", FAMILY_TIMEOUT="15", PYTHON=str(stub))
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "qwen2: FAILED (exit 2)" in done.stdout
+    assert "llada: ok in" in done.stdout and "with LIMIT=1 REPEATS=1, after a timeout" in done.stdout
+    assert not (out / "qwen2" / "speed.json").exists()
+    assert (out / "llada" / "bench-timed-out.log").exists()
+    report = json.loads((out / "llada" / "speed.json").read_text())
+    assert (report["prompts"], report["repeats"]) == (1, 1)
+    assert [row["setting"] for row in report["settings"]] == ["one-per-pass", "threshold-0.9-block-32"]
+    summary = (out / "summary.md").read_text()
+    assert "| qwen2 | (no report) |" in summary and "| llada | one-per-pass | off |" in summary
+    assert summary.count("| 1 × 1 |") == 2
