@@ -127,9 +127,13 @@ def load_weights(
     device: torch.device,
     dtype: torch.dtype,
     key_mapping: Mapping[str, str] | None = None,
+    generation_config: GenerationConfig | None = None,
 ) -> PreTrainedModel:
     """The checkpoint's safetensors (one file or shards) in `model_class`, built from `config`.
     Call checkpoint.read_headers(folder) first: it turns bad files into one-line errors.
+
+    generation_config: handed to transformers instead of generation_config.json (dcode samples
+    itself); a plain GenerationConfig unless the class insists on its own subclass.
 
     key_mapping: regex -> replacement on checkpoint names (transformers' own renaming). A weight
     the model needs but the files lack, a shape that does not fit, or a checkpoint weight that
@@ -148,7 +152,7 @@ def load_weights(
             key_mapping=dict(key_mapping) if key_mapping else None,
             ignore_mismatched_sizes=True,  # reported below as one line instead of a table
             output_loading_info=True,
-            generation_config=GenerationConfig(),  # dcode samples itself; skip generation_config.json
+            generation_config=generation_config or GenerationConfig(),
         )
     except OSError as error:  # safetensors or transformers failing on a file past the header check
         raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None

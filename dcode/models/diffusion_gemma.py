@@ -24,7 +24,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Diffu
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_headers
-from dcode.models.decoder import IGNORED_KEYS, first_id, load_tokenizer, make_config, quiet_transformers, token_id
+from dcode.models.decoder import first_id, load_tokenizer, load_weights, make_config, token_id
 
 # transformers' DiffusionGemmaGenerationConfig defaults, as SamplerConfig fields: sample with a
 # linear temperature schedule 0.8 -> 0.4 over at most 48 passes per canvas, accept under the
@@ -186,39 +186,6 @@ def sampling_defaults(generation: dict[str, Any]) -> dict[str, object]:
     return defaults
 
 
-def load_weights(
-    folder: Path, config: PretrainedConfig, device: torch.device, dtype: torch.dtype
-) -> DiffusionGemmaForBlockDiffusion:
-    """The checkpoint's safetensors in DiffusionGemmaForBlockDiffusion, as decoder.load_weights
-    (which hands transformers a plain GenerationConfig, which this class's loader rejects)."""
-    quiet_transformers()
-    try:
-        loaded: Any = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            str(folder),
-            config=config,
-            dtype=dtype,
-            attn_implementation="sdpa",
-            use_safetensors=True,
-            local_files_only=True,
-            trust_remote_code=False,
-            ignore_mismatched_sizes=True,
-            output_loading_info=True,
-            generation_config=DiffusionGemmaGenerationConfig(),  # dcode samples itself
-        )
-    except OSError as error:
-        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
-    model, info = loaded  # output_loading_info: (model, {missing_keys, unexpected_keys, mismatched_keys})
-    problems = [
-        *(f"missing {k}" for k in sorted(info["missing_keys"])),
-        *(f"{k[0]} has shape {tuple(k[1])}, the config needs {tuple(k[2])}" for k in sorted(info["mismatched_keys"])),
-        *(f"unused {k}" for k in sorted(info["unexpected_keys"]) if not k.endswith(IGNORED_KEYS)),
-    ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
-    return model.to(device).eval()
-
-
 def load(
     folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]
 ) -> DiffusionGemmaDenoiser:
@@ -233,7 +200,14 @@ def load(
     placeholder, eos_ids, pad_id = special_ids(config, text, generation, tokenizer, folder)
     if not 0 <= placeholder < vocab_size:
         raise ModelError(f"{folder}: placeholder token id {placeholder} is outside the vocabulary of {vocab_size}")
-    model = load_weights(folder, model_config, device, dtype)
+    model = load_weights(
+        DiffusionGemmaForBlockDiffusion,
+        folder,
+        model_config,
+        device,
+        dtype,
+        generation_config=DiffusionGemmaGenerationConfig(),  # its loader rejects a plain one
+    )
     facts = ModelFacts(
         name=name,
         family="diffusion_gemma",
