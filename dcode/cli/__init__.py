@@ -108,6 +108,21 @@ def output_target(raw: str | None, force: bool) -> Path | None:
     return Path(raw)
 
 
+def read_checkable(file: Path, lang: str | None) -> tuple[str, str]:
+    """A readable UTF-8 file and its language (--lang, suffix or shebang), or a one-line usage error."""
+    from dcode import syntax
+    from dcode.files import FileProblem, read_source
+
+    try:
+        source = read_source(file)
+        language = syntax.detect_language(str(file), source, lang)
+    except (FileProblem, syntax.UnknownLanguage) as error:
+        fail(str(error), USAGE)
+    if language is None:
+        fail(f"{file}: unknown language (use --lang)", USAGE)
+    return source, language
+
+
 def pick_device(name: str) -> tuple[object, object]:
     """(torch.device, dtype) for --device; a requested device that is absent is an error."""
     import torch

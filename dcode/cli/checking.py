@@ -23,6 +23,7 @@ from dcode.cli import (
     app,
     fail,
     output_target,
+    read_checkable,
     run_model,
     sampler_config,
     view_mode,
@@ -89,21 +90,13 @@ def repair_command(
     """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
     import json
 
-    from dcode import pipeline, syntax
+    from dcode import pipeline
     from dcode.edit import unified_diff
-    from dcode.files import FileProblem, atomic_write, read_source
+    from dcode.files import atomic_write
     from dcode.repair import Repaired
 
     # 1) the input must be a readable, checkable, non-empty text file
-    try:
-        source = read_source(file)
-        language = syntax.detect_language(str(file), source, lang)
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    except syntax.UnknownLanguage as error:
-        fail(str(error), USAGE)
-    if language is None:
-        fail(f"{file}: unknown language (use --lang)", USAGE)
+    source, language = read_checkable(file, lang)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
     target = None if diff else output_target(output, force)

@@ -33,6 +33,7 @@ from dcode.cli import (
     app,
     fail,
     output_target,
+    read_checkable,
     read_prompt,
     run_model,
     sampler_config,
@@ -96,25 +97,19 @@ def edit_command(
     or -o. Exit 0 done, 3 the edit broke the syntax (nothing written if FILE parsed before)."""
     import json
 
-    from dcode import syntax
     from dcode.edit import RegionError, describe, select, unified_diff, write_in_place
-    from dcode.files import FileProblem, atomic_write, check_writable, read_source
+    from dcode.files import FileProblem, atomic_write, check_writable
 
     # 1) validate everything that needs no model, so bad input costs nothing and touches no file
     if lines is not None and symbol is not None:
         fail("--lines and --symbol cannot be used together", USAGE)
     writes = not (diff or dry_run)
-    try:
-        source = read_source(file)
-        language = syntax.detect_language(str(file), source, lang)
-        if writes and output is None:
+    source, language = read_checkable(file, lang)
+    if writes and output is None:
+        try:
             check_writable(file, True)  # its folder must take the backup and the new file
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    except syntax.UnknownLanguage as error:
-        fail(str(error), USAGE)
-    if language is None:
-        fail(f"{file}: unknown language (use --lang)", USAGE)
+        except FileProblem as error:
+            fail(str(error), USAGE)
     target = output_target(output, force) if writes else None
     try:
         region = select(source, language, lines, symbol, where=str(file))
