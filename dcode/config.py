@@ -50,7 +50,8 @@ class SamplerConfig:
     stop_entropy: float = 0.0
     # Reuse keys/values of finished blocks where the model's attention makes that exact.
     cache: bool = True
-    # Once a finished block holds an end-of-answer token, fill what is left with padding and stop.
+    # Once an end-of-answer token is committed, everything after it is padding (as in training):
+    # those positions take no passes, and decoding stops when the rest before it is filled.
     stop_at_eos: bool = True
     # Seed of every random draw (Gumbel noise, random ordering): same seed, same output.
     seed: int = 0

@@ -237,6 +237,8 @@ def denoise(
     masks_total = int(is_masked[start:].sum())
     forward = 0
     carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
+    # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
+    ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
 
     for s, e in block_spans(start, length, size, aligned):
         in_block = int(is_masked[s:e].sum())
@@ -311,14 +313,15 @@ def denoise(
             is_masked[positions] = False
             step_in_block += 1
 
-            # 4) stop early once a finished block has ended the answer
-            finished = not bool(is_masked[s:e].any())
-            ended = finished and config.stop_at_eos and _holds_end(canvas[max(s, start) : e], facts.eos_ids)
-            if ended:
-                rest = is_masked.clone()
-                rest[:e] = False
-                canvas[rest] = facts.pad_id
-                is_masked[rest] = False
+            # 4) the answer ends at its first end (or pad) token: what follows is padding, as in training,
+            # so those positions need no passes and the loop stops once the rest is filled
+            if config.stop_at_eos:
+                hits = (torch.isin(canvas[start:], ends) & ~is_masked[start:]).nonzero()
+                if len(hits):
+                    rest = is_masked.clone()
+                    rest[: start + int(hits[0]) + 1] = False
+                    canvas[rest] = facts.pad_id
+                    is_masked[rest] = False
             left = int(is_masked[start:].sum())
             yield Step(
                 canvas=canvas.to("cpu", copy=True),  # a snapshot: the loop keeps writing
@@ -331,12 +334,6 @@ def denoise(
                 done=left == 0,
                 renoised=len(rows) if renoiser is not None else 0,
             )
-            if ended:
-                return
-
-
-def _holds_end(tokens: torch.Tensor, eos_ids: frozenset[int]) -> bool:
-    return any(int(t) in eos_ids for t in tokens)
 
 
 def final(steps: Iterator[Step]) -> Step | None:
