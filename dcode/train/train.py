@@ -33,6 +33,9 @@ from dcode.train.data import Batcher, Examples
 from dcode.train.tokenizer import EOS, MASK, PAD, special_id
 
 
+SAVE_EVERY = 600  # seconds between checkpoints even when no validation is due (BD steps are slow)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     hidden: int = 256  # model width; ~7.5M parameters with the settings below
@@ -229,27 +232,34 @@ class Trainer:
         print(json.dumps(record), flush=True)
 
     def fit(self, minutes: float) -> None:
-        """Train for `minutes` of wall time, validating and checkpointing every eval_every steps."""
+        """Train for `minutes` of wall time, validating and checkpointing every eval_every steps,
+        checkpointing at least every SAVE_EVERY seconds, and on Ctrl-C / SIGINT before leaving."""
         self.run.mkdir(parents=True, exist_ok=True)
         self.model.train()
         deadline = time.monotonic() + minutes * 60
+        saved = time.monotonic()
         losses: list[float] = []
-        while time.monotonic() < deadline:
-            began = time.monotonic()
-            losses.append(self.one_step())
-            self.seconds += time.monotonic() - began
-            if self.step % self.cfg.eval_every == 0:
-                record = {
-                    "step": self.step,
-                    "tokens": self.tokens,
-                    "phase": self.phase,
-                    "train_loss": sum(losses) / len(losses),
-                    "seconds": round(self.seconds),
-                    **self.validate(),
-                }
-                self.log(record)
-                self.save()
-                losses = []
+        try:
+            while time.monotonic() < deadline:
+                began = time.monotonic()
+                losses.append(self.one_step())
+                self.seconds += time.monotonic() - began
+                if self.step % self.cfg.eval_every == 0:
+                    record = {
+                        "step": self.step,
+                        "tokens": self.tokens,
+                        "phase": self.phase,
+                        "train_loss": sum(losses) / len(losses),
+                        "seconds": round(self.seconds),
+                        **self.validate(),
+                    }
+                    self.log(record)
+                    losses = []
+                if self.step % self.cfg.eval_every == 0 or time.monotonic() - saved > SAVE_EVERY:
+                    self.save()
+                    saved = time.monotonic()
+        except KeyboardInterrupt:
+            pass  # stop where we are; the checkpoint below keeps every finished step
         self.save()
 
     def export(self, folder: Path, ema: bool = True) -> None:
