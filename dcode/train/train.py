@@ -32,7 +32,6 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from dcode.train.data import Batcher, Examples
 from dcode.train.tokenizer import EOS, MASK, PAD, special_id
 
-
 SAVE_EVERY = 600  # seconds between checkpoints even when no validation is due (BD steps are slow)
 
 
