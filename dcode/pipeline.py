@@ -139,8 +139,11 @@ def new(
             repaired = event
         else:
             yield event
+    final = repaired.code if repaired is not None else code
+    if final.strip() and not final.endswith("\n"):
+        final += "\n"  # a new file ends with a line break, whatever the repair spliced at its end
     yield Finished(
-        code=repaired.code if repaired is not None else code,
+        code=final,
         prompt_tokens=len(ids),
         tokens=kept,
         canvas=length,

@@ -29,7 +29,8 @@ CLASSES: dict[str, tuple[type[Any], type[Any]]] = {
 }
 # config.json keys that carry the attention block size, in the order they are tried.
 BLOCK_KEYS = ("block_size", "bd_size", "block_length")
-# No family-wide sampler recommendation: the CLI's own defaults (Fast-dLLM threshold) apply.
+# No family-wide sampler recommendation: the CLI's own defaults (Fast-dLLM threshold) apply, unless
+# the checkpoint's config.json carries its own measured ones under "dcode_defaults" (dcode-tiny does).
 DEFAULTS: dict[str, object] = {}
 
 
@@ -63,6 +64,6 @@ def load(
         shifted=bool(config.get("shifted_logits", True)),
         block=block_of(config),
         max_length=int(config.get("max_position_embeddings") or 2048),
-        defaults=DEFAULTS,
+        defaults={**DEFAULTS, **(config.get("dcode_defaults") or {})},
         prompt=str(config.get("dcode_prompt") or "new"),
     )
