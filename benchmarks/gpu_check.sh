@@ -24,13 +24,15 @@
 # "With and without the cache": the bench has no cache switch (DCODE_CACHE is not read by it); its
 # settings fix the cache. one-per-pass, the reference loop, runs WITHOUT it; the fast settings run
 # WITH it. By default each family runs one-per-pass plus one fast setting: threshold-0.9 (qwen2),
-# threshold-0.9-block-32 (Dream, LLaDA), entropy-bound-0.1 (DiffusionGemma's own rule), plus the
+# threshold-0.9-block-32 (Dream, LLaDA; they also run threshold-0.9-block-32-no-cache, the same
+# blocks without a cache), entropy-bound-0.1 (DiffusionGemma's own rule), plus the
 # autoregressive baseline (transformers' generate with its KV cache; not for DiffusionGemma). With
 # random weights no position reaches the 0.9 threshold or the entropy bound, so every rule commits
 # about one token per pass (DiffusionGemma's fast setting also ends a canvas after 48 passes): the
-# two rows differ by the cache alone. The cache acts on qwen2 (keys/values of finished blocks) and
+# rows differ by the cache alone. The cache is exact on qwen2 (keys/values of finished blocks) and
 # DiffusionGemma (the context is encoded once per canvas, not every pass); Dream and LLaDA attend
-# fully, have nothing to reuse, and run without one in both rows ("off (full attention)").
+# fully and use Fast-dLLM's approximate dual cache ("dual (approximate)": each block's first pass
+# runs the whole canvas, the others the 32-token block alone against the cached rest).
 #
 # Output under OUT (default gpu-check-results/): gpu_check.log (everything printed), nvidia-smi.txt,
 # checkpoints.log, <family>/speed.json, <family>/speed.md, <family>/bench.log (and
@@ -77,7 +79,7 @@ settings_for() {
         all) echo "" ;;
         "")
             case "$1" in
-                dream | llada) echo "one-per-pass,threshold-0.9-block-32" ;;
+                dream | llada) echo "one-per-pass,threshold-0.9-block-32-no-cache,threshold-0.9-block-32" ;;
                 diffusion_gemma) echo "one-per-pass,entropy-bound-0.1" ;;
                 *) echo "one-per-pass,threshold-0.9" ;;
             esac
@@ -204,7 +206,7 @@ for family in families:
         elif not row["config"]["cache"]:
             cache = "off"
         elif report["attention_block"] is None:
-            cache = "off (full attention)"
+            cache = f"{row['config']['approx_cache']} (approximate)"
         else:
             cache = "on"
         lines.append(

@@ -9,9 +9,11 @@ from typing import Literal, get_args
 
 Ordering = Literal["confidence", "margin", "entropy", "random"]
 Rule = Literal["schedule", "threshold", "entropy-bound"]
+ApproxCache = Literal["dual", "prefix", "off"]
 
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
+APPROX_CACHES: tuple[str, ...] = get_args(ApproxCache)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,12 @@ class SamplerConfig:
     stop_entropy: float = 0.0
     # Reuse keys/values of finished blocks where the model's attention makes that exact.
     cache: bool = True
+    # With the cache on, how a full-attention model (Dream, LLaDA) reuses keys/values inside a block
+    # (Fast-dLLM, approximate): the block's first pass runs the whole canvas; later passes feed the
+    # block alone and read every other position from that pass ("dual"), or feed the block and all
+    # after it and read the positions before it ("prefix"). "off": every pass runs the whole canvas.
+    # Block-causal models ignore it: their cache is exact.
+    approx_cache: ApproxCache = "dual"
     # Once an end-of-answer token is committed, everything after it is padding (as in training):
     # those positions take no passes, and decoding stops when the rest before it is filled.
     stop_at_eos: bool = True
@@ -61,6 +69,10 @@ class SamplerConfig:
             raise ValueError(f"unknown ordering {self.ordering!r} (choose from {', '.join(ORDERINGS)})")
         if self.rule not in RULES:
             raise ValueError(f"unknown strategy {self.rule!r} (choose from {', '.join(RULES)})")
+        if self.approx_cache not in APPROX_CACHES:
+            raise ValueError(
+                f"unknown approximate cache {self.approx_cache!r} (choose from {', '.join(APPROX_CACHES)})"
+            )
         if self.steps is not None and self.steps < 1:
             raise ValueError("steps must be at least 1")
         if not 0.0 < self.threshold <= 1.0:  # NaN fails too

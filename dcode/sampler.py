@@ -18,7 +18,7 @@ from typing import cast
 import torch
 
 from dcode.config import SamplerConfig
-from dcode.models.base import Denoiser, UniformDenoiser
+from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
 
 
 @dataclass(frozen=True)
@@ -231,6 +231,10 @@ def denoise(
     aligned = facts.block is not None and renoiser is None
     size = facts.block or config.block or max(1, length - start)
     cache = model.new_cache() if config.cache else None
+    # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
+    windowed = cast(WindowDenoiser, model)
+    approx = config.cache and cache is None and renoiser is None and config.approx_cache != "off"
+    window_cache = windowed.new_window_cache() if approx and hasattr(model, "new_window_cache") else None
     is_masked = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)
     is_masked[:start] = False  # the prompt is never filled
     canvas[is_masked] = facts.mask_id  # the placeholder every Step shows for a position still to fill
@@ -280,8 +284,19 @@ def denoise(
                     logits = torch.cat([carry[None], out[s - c : e - c - 1]])  # rows for s..e-1
                 else:
                     logits = out[s - c : e - c]
+            elif window_cache is not None and step_in_block > 0:
+                # Fast-dLLM: the window alone, every other position read from the block's first pass.
+                # Its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s).
+                window = window_cache.window
+                logits = windowed.window(canvas[None, window[0] : window[1]], window_cache)[0][: e - s]  # (e-s, V)
+                fed = window[1] - window[0]
             else:
-                out = model(canvas[None], None)[0]  # (L, V)
+                if window_cache is not None:  # the block's first pass: the whole canvas, cached but the window
+                    lo = s - 1 if facts.shifted else s
+                    hi = e if config.approx_cache == "dual" else length
+                    out = windowed.refresh(canvas[None], (lo, hi), window_cache)[0]  # (L, V)
+                else:
+                    out = model(canvas[None], None)[0]  # (L, V)
                 fed = length
                 logits = out[s - 1 : e - 1] if facts.shifted else out[s:e]
             forward += 1

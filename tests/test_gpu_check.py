@@ -106,14 +106,20 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
         rows = {row["setting"]: row for row in report["settings"]}
         assert rows["one-per-pass"]["config"]["cache"] is False  # without the cache
         fast = [row for row in report["settings"] if row["role"] == "fast"]
-        assert len(fast) == 1 and fast[0]["config"]["cache"] is True  # with it
+        assert fast[-1]["config"]["cache"] is True  # with it
+        if family in ("dream", "llada"):  # the same blocks without the cache, then with the dual cache
+            assert [row["setting"] for row in fast] == ["threshold-0.9-block-32-no-cache", "threshold-0.9-block-32"]
+            assert fast[0]["config"]["cache"] is False and fast[1]["config"]["approx_cache"] == "dual"
+        else:
+            assert len(fast) == 1
         assert all(row["tokens"] == 16 and row["tokens_per_second"] > 0 for row in report["settings"])
         assert ("autoregressive" in rows) == (family != "diffusion_gemma")
         assert (out / family / "speed.md").is_file()
     summary = (out / "summary.md").read_text()
     assert summary.count("| one-per-pass | off |") == 4
     assert "| qwen2 | threshold-0.9 | on |" in summary
-    assert "| dream | threshold-0.9-block-32 | off (full attention) |" in summary
+    assert "| dream | threshold-0.9-block-32 | dual (approximate) |" in summary
+    assert "| llada | threshold-0.9-block-32-no-cache | off |" in summary
     assert "| diffusion_gemma | entropy-bound-0.1 | on |" in summary
     log = (out / "gpu_check.log").read_text()
     assert log == done.stdout and "nvidia-smi" in log

@@ -220,6 +220,72 @@ def test_cache_gives_the_uncached_canvas(shifted: bool, start: int, config: Samp
 
 
 # ---------------------------------------------------------------------------------------------
+# Fast-dLLM's approximate cache for full attention: exact until the window changes, close after.
+
+
+def test_only_full_attention_offers_a_window_cache(block_model, full_model) -> None:
+    assert block_model.new_window_cache() is None  # its exact cache is better
+    assert full_model.new_window_cache() is not None
+
+
+@pytest.mark.parametrize("window", [(5, 9), (5, 19), (0, 4)], ids=["dual", "prefix", "at-start"])
+def test_window_pass_on_an_unchanged_canvas_is_the_full_pass(full_model, window: tuple[int, int]) -> None:
+    """Nothing changed since the refresh: the window's rows are the full pass's rows (the math is exact)."""
+    ids = some_ids(full_model, 19)
+    cache = full_model.new_window_cache()
+    full = full_model.refresh(ids[None], window, cache)[0]  # (L, V)
+    assert torch.equal(full, full_model(ids[None])[0])
+    lo, hi = window
+    assert cache.length == 19 - (hi - lo)
+    got = full_model.window(ids[None, lo:hi], cache)[0]
+    assert cache.length == 19 - (hi - lo)  # the window's keys/values are not kept
+    assert torch.allclose(got, full[lo:hi], atol=1e-5), (got - full[lo:hi]).abs().max()
+    with pytest.raises(ValueError, match="holds"):
+        full_model.window(ids[None, lo : hi - 1], cache)
+
+
+def test_window_pass_after_a_change_is_close_to_the_full_pass(full_model) -> None:
+    """Tokens inside the window change: the cached keys outside are stale, so the rows differ from a
+    full pass, but less than from the rows before the change (the change itself is seen)."""
+    ids = some_ids(full_model, 19)
+    cache = full_model.new_window_cache()
+    before = full_model.refresh(ids[None], (6, 10), cache)[0]
+    changed = ids.clone()
+    changed[7] = (int(ids[7]) + 11) % full_model.facts.vocab_size
+    approx = full_model.window(changed[None, 6:10], cache)[0]
+    exact = full_model(changed[None])[0, 6:10]
+    assert not torch.allclose(approx, exact, atol=1e-5)  # approximate
+    assert (approx - exact).abs().max() < (before[6:10] - exact).abs().max()
+
+
+@pytest.mark.parametrize("approx_cache", ["dual", "prefix"])
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
+def test_approximate_cache_in_the_sampler(approx_cache: str, shifted: bool, tmp_path: Path) -> None:
+    """Same passes as without the cache on a full-attention model; fewer tokens fed; each block's
+    first pass is the exact one; with --no-cache or approx_cache off, exactly the old result."""
+    write_tiny_checkpoint(tmp_path, block=None, shifted=shifted, seed=4)
+    model = models.load(str(tmp_path))
+    mask = model.facts.mask_id
+    prompt = model.tokenizer("def count(items):\n")["input_ids"][:6]
+    canvas = torch.tensor(prompt + [mask] * 16)
+    config = SamplerConfig(rule="schedule", block=4, stop_at_eos=False, approx_cache=approx_cache)
+
+    def run(config: SamplerConfig) -> list[tuple[list[int], int, tuple[int, int]]]:
+        return [(step.canvas.tolist(), step.input_tokens, step.block) for step in denoise(model, canvas, 6, config)]
+
+    approx, plain = run(config), run(replace(config, cache=False))
+    assert run(replace(config, approx_cache="off")) == plain
+    assert len(approx) == len(plain) == 16  # one token per pass either way
+    assert all(fed == len(canvas) for _, fed, _ in plain)
+    for i, (_, fed, (s, e)) in enumerate(approx):
+        first = i == 0 or approx[i - 1][2] != (s, e)  # the block's first pass runs the whole canvas
+        lo, hi = s - 1 if shifted else s, e if approx_cache == "dual" else len(canvas)
+        assert fed == (len(canvas) if first else hi - lo), (i, s, e, fed)
+    assert approx[0] == plain[0]  # the first pass is the exact one
+    assert mask not in approx[-1][0]
+
+
+# ---------------------------------------------------------------------------------------------
 # Folders that are not models: a ModelError with a one-line message.
 
 

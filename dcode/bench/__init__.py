@@ -29,7 +29,9 @@ PROMPTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "prompt
 EXTRA_HINT = "pip install 'dcode[bench]'"
 # SamplerConfig fields a setting decides; the others (ordering, temperature, top_p) take the
 # model family's recommended values, as `dcode new` does when the user leaves them unset.
-SETTING_FIELDS = frozenset({"rule", "steps", "threshold", "entropy_bound", "block", "cache", "stop_at_eos"})
+SETTING_FIELDS = frozenset(
+    {"rule", "steps", "threshold", "entropy_bound", "block", "cache", "approx_cache", "stop_at_eos"}
+)
 # ...and the baseline keeps one token per pass even where a family recommends a pass cap or an
 # early stop (DiffusionGemma).
 BASELINE_FIELDS = SETTING_FIELDS | {"max_block_steps", "stop_entropy"}
@@ -57,7 +59,8 @@ class Setting:
 def settings(block: int | None) -> list[Setting]:
     """(a) one token per forward pass with no cache: what the reference Dream / LLaDA loop does.
     (b) dcode's fast settings: Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
-    finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones.
+    finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones,
+    without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default).
     `block`: the model's attention block (None = full attention)."""
     found = [
         Setting("one-per-pass", "baseline", SamplerConfig(rule="schedule", cache=False)),
@@ -65,7 +68,11 @@ def settings(block: int | None) -> list[Setting]:
         Setting("entropy-bound-0.1", "fast", SamplerConfig(rule="entropy-bound", entropy_bound=0.1)),
     ]
     if block is None:
-        found.append(Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32)))
+        found += [
+            Setting("threshold-0.9-block-32-no-cache", "fast", SamplerConfig(rule="threshold", block=32, cache=False)),
+            Setting("threshold-0.9-block-32-prefix", "fast", SamplerConfig(block=32, approx_cache="prefix")),
+            Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32, approx_cache="dual")),
+        ]
     return found
 
 

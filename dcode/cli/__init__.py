@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from dcode.config import ORDERINGS, RULES, SamplerConfig
+from dcode.config import APPROX_CACHES, ORDERINGS, RULES, SamplerConfig
 
 if TYPE_CHECKING:
     from dcode.models import Denoiser
@@ -199,6 +199,14 @@ TemperatureOption = Annotated[float, typer.Option("--temperature", envvar="DCODE
 TopPOption = Annotated[float, typer.Option("--top-p", envvar="DCODE_TOP_P")]
 SeedOption = Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")]
 CacheOption = Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")]
+ApproxCacheOption = Annotated[
+    str,
+    typer.Option(
+        "--approx-cache",
+        envvar="DCODE_APPROX_CACHE",
+        help=f"Full-attention models, Fast-dLLM cache: {', '.join(APPROX_CACHES)}.",
+    ),
+]
 RepairOption = Annotated[
     bool, typer.Option("--repair/--no-repair", envvar="DCODE_REPAIR", help="Regenerate spans that do not parse.")
 ]
@@ -223,6 +231,7 @@ def sampler_config(
     top_p: float,
     cache: bool,
     seed: int,
+    approx_cache: str,
 ) -> SamplerConfig:
     """The options as a SamplerConfig; a bad value is a usage error before any model loads."""
     try:
@@ -236,6 +245,7 @@ def sampler_config(
             temperature=temperature,
             top_p=top_p,
             cache=cache,
+            approx_cache=approx_cache,  # type: ignore[arg-type]
             seed=seed,
         )
     except ValueError as error:
@@ -300,6 +310,7 @@ SAMPLER_OPTIONS = {
     "temperature": "temperature",
     "top_p": "top_p",
     "cache": "cache",
+    "approx_cache": "approx_cache",
     "seed": "seed",
 }
 

@@ -100,7 +100,7 @@ def repair_command(
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
     target = None if diff else output_target(output, force)
-    config = sampler_config("confidence", "threshold", None, 0.9, 0.1, None, temperature, 1.0, True, seed)
+    config = sampler_config("confidence", "threshold", None, 0.9, 0.1, None, temperature, 1.0, True, seed, "dual")
 
     # 2) repair, with the live view showing the whole file
     request = f"the {language} file {file.name}"

@@ -13,6 +13,7 @@ from dcode.cli import (
     RUNTIME,
     SYNTAX,
     USAGE,
+    ApproxCacheOption,
     BlockOption,
     CacheOption,
     DeviceOption,
@@ -83,6 +84,7 @@ def edit_command(
     top_p: TopPOption = 1.0,
     seed: SeedOption = 0,
     cache: CacheOption = True,
+    approx_cache: ApproxCacheOption = "dual",
     repair: RepairOption = True,
     repair_rounds: RepairRoundsOption = 3,
     as_json: Annotated[
@@ -116,7 +118,9 @@ def edit_command(
     except RegionError as error:
         fail(str(error), USAGE)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
-    config = sampler_config(order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed)
+    config = sampler_config(
+        order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed, approx_cache
+    )
     if length is not None and length < 1:
         fail("--length must be at least 1 token", USAGE)
 

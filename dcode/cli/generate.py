@@ -12,6 +12,7 @@ from dcode.cli import (
     RUNTIME,
     SYNTAX,
     USAGE,
+    ApproxCacheOption,
     BlockOption,
     CacheOption,
     DeviceOption,
@@ -68,6 +69,7 @@ def new(
     top_p: TopPOption = 1.0,
     seed: SeedOption = 0,
     cache: CacheOption = True,
+    approx_cache: ApproxCacheOption = "dual",
     repair: RepairOption = True,
     repair_rounds: RepairRoundsOption = 3,
     as_json: Annotated[
@@ -82,7 +84,9 @@ def new(
 
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
-    config = sampler_config(order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed)
+    config = sampler_config(
+        order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed, approx_cache
+    )
     if length < 1:
         fail("--length must be at least 1 token", USAGE)
     target = output_target(output, force)

@@ -76,3 +76,15 @@ class UniformDenoiser(Denoiser, Protocol):
     def extend(self, ids: torch.Tensor, cache: Any) -> None: ...  # encode ids (B, n) at [P, P+n) into the cache
 
     def new_cache(self) -> Cache: ...  # always a cache: the block reads its context from it
+
+
+class WindowDenoiser(Denoiser, Protocol):
+    """A full-attention model that offers Fast-dLLM's approximate cache (optional: the sampler
+    looks for new_window_cache). refresh runs the whole canvas and caches every position outside
+    the window; window then feeds the window's tokens alone against that cache."""
+
+    def new_window_cache(self) -> Any: ...  # None when the model has an exact cache instead
+
+    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: Any) -> torch.Tensor: ...  # (B, L, V)
+
+    def window(self, ids: torch.Tensor, cache: Any) -> torch.Tensor: ...  # ids (B, hi-lo) -> (B, hi-lo, V)

@@ -2,11 +2,12 @@
 every family module shares.
 
 Owns: the attention mask that makes a causal stack bidirectional or block-causal, the exact
-key/value cache of finished blocks, loading safetensors into a transformers class (with renamed
-keys where a family names its weights differently) so that a weight the config needs but the
-files lack is an error rather than a random tensor, loading the tokenizer without remote code,
-and the special token ids. Knows nothing about sampling, files other than the checkpoint's, or
-the terminal. Family modules (qwen2, dream, llada) decide the config, the names and the facts.
+key/value cache of finished blocks, Fast-dLLM's approximate window cache for full attention,
+loading safetensors into a transformers class (with renamed keys where a family names its weights
+differently) so that a weight the config needs but the files lack is an error rather than a random
+tensor, loading the tokenizer without remote code, and the special token ids. Knows nothing
+about sampling, files other than the checkpoint's, or the terminal. Family modules (qwen2, dream,
+llada) decide the config, the names and the facts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerFast,
 )
+from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
@@ -66,6 +68,33 @@ class KVCache:
             self.inner.crop(-extra)
 
 
+class WindowCache:
+    """Fast-dLLM's approximate cache for full attention (Wu et al. 2025, "Fast-dLLM", sec. 3.2):
+    keys/values of every canvas position outside a window [lo, hi), taken from one full pass
+    (DecoderDenoiser.refresh) and reused by the passes that feed the window alone
+    (DecoderDenoiser.window). Approximate: under full attention a cached position's keys/values
+    would shift a little as the window's tokens change, so the sampler refreshes at every block.
+    The prefix cache is the window [lo, L); the dual cache a window [lo, hi) inside the canvas."""
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        self.config = config
+        self.inner = DynamicCache(config=config)
+        self.window = (0, 0)
+
+    @property
+    def length(self) -> int:
+        return self.inner.get_seq_length()  # cached positions: the canvas less the window
+
+
+def drop_window(cache: DynamicCache, lo: int, hi: int) -> None:
+    """Remove positions [lo, hi) from every layer's keys/values (B, H, L, D) -> (B, H, L - (hi - lo), D).
+    Under full attention the order of cached keys does not matter (RoPE is applied before caching)."""
+    for layer in cache.layers:
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        layer.keys = torch.cat([layer.keys[..., :lo, :], layer.keys[..., hi:, :]], dim=-2)
+        layer.values = torch.cat([layer.values[..., :lo, :], layer.values[..., hi:, :]], dim=-2)
+
+
 @dataclass
 class DecoderDenoiser:
     """Token ids -> logits for a transformers *ForCausalLM run with a bidirectional or
@@ -81,15 +110,21 @@ class DecoderDenoiser:
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
-        start = cache.length if cache is not None else 0
+        return self.forward(ids, cache.length if cache is not None else 0, cache.inner if cache is not None else None)
+
+    def forward(
+        self, ids: torch.Tensor, start: int, cache: DynamicCache | None, keys: int | None = None
+    ) -> torch.Tensor:
+        """ids (B, n) at canvas positions [start, start+n), attending to `keys` keys (default
+        start + n: every cached position and the new ones) -> logits (B, n, V) in float32."""
         length = ids.shape[1]
-        mask = block_causal_mask(start, length, start + length, self.facts.block, ids.device)
+        mask = block_causal_mask(start, length, keys or start + length, self.facts.block, ids.device)
         positions = torch.arange(start, start + length, device=ids.device)[None]
         out = self.model(
             input_ids=ids,
             attention_mask=mask.expand(ids.shape[0], -1, -1, -1),
             position_ids=positions.expand(ids.shape[0], -1),
-            cache=cache.inner if cache is not None else None,
+            cache=cache,
             use_cache=cache is not None,
         )
         return out.logits.float()
@@ -97,6 +132,31 @@ class DecoderDenoiser:
     def new_cache(self) -> KVCache | None:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""
         return KVCache(self.model.config) if self.facts.block is not None else None
+
+    def new_window_cache(self) -> WindowCache | None:
+        """Fast-dLLM's approximate cache, for full attention only (block-causal models have an exact one)."""
+        return WindowCache(self.model.config) if self.facts.block is None else None
+
+    @torch.inference_mode()
+    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: WindowCache) -> torch.Tensor:
+        """One full pass over the canvas ids (B, L) -> logits (B, L, V); the cache keeps the keys/values
+        of every position outside window = [lo, hi) for the window passes that follow."""
+        lo, hi = window
+        cache.inner, cache.window = DynamicCache(config=cache.config), (lo, hi)
+        logits = self.forward(ids, 0, cache.inner)
+        drop_window(cache.inner, lo, hi)
+        return logits
+
+    @torch.inference_mode()
+    def window(self, ids: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        """ids (B, hi - lo): the canvas in the cache's window -> logits (B, hi - lo, V), every other
+        position read from the cache (left as it was: the window's keys/values are dropped again)."""
+        lo, hi = cache.window
+        if ids.shape[1] != hi - lo:
+            raise ValueError(f"the window [{lo}, {hi}) holds {hi - lo} tokens, got {ids.shape[1]}")
+        logits = self.forward(ids, lo, cache.inner, keys=cache.length + ids.shape[1])
+        cache.inner.crop(-ids.shape[1])  # DynamicCache: a negative count removes that many from the end
+        return logits
 
     @property
     def device(self) -> torch.device:
