@@ -1,10 +1,12 @@
 """What the live view costs: sampling wall time with the view on a real pseudo-terminal vs --no-live.
 
-    python benchmarks/live_view.py --repeats 5
+    python benchmarks/live_view.py --repeats 5                # one short request
+    python benchmarks/live_view.py --prompts 6 --repeats 3    # six requests of the eval set, summed
 
 Both runs use the same prompt, seed and settings; dcode's --json reports the draft's sampling
-seconds (stdout goes to a file, so the JSON is clean while the view draws on the terminal). Runs
-alternate view / no view so drift in machine load hits both equally; medians are compared.
+seconds, and the process's wall time is measured around it (stdout goes to a file, so the JSON is
+clean while the view draws on the terminal). Runs alternate view / no view so drift in machine load
+hits both equally; medians are compared.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ import termios
 import time
 from pathlib import Path
 
+PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 
-def run(args: list[str], out: Path) -> float:
-    """dcode ARGS with stdin/stderr on an 80x24 pty and stdout to `out`; the JSON's seconds."""
+
+def run(args: list[str], out: Path) -> tuple[float, float]:
+    """dcode ARGS with stdin/stderr on an 80x24 pty and stdout to `out`: the JSON's sampling
+    seconds, and the process's wall time (start-up, model load and the view included)."""
+    began = time.perf_counter()
     pid, fd = pty.fork()
     if pid == 0:
         os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
@@ -41,7 +47,7 @@ def run(args: list[str], out: Path) -> float:
                 break
     os.waitpid(pid, 0)
     os.close(fd)
-    return float(json.loads(out.read_text())["seconds"])
+    return float(json.loads(out.read_text())["seconds"]), time.perf_counter() - began
 
 
 def main() -> None:
@@ -50,18 +56,32 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", default=None)
+    parser.add_argument("--prompts", type=int, default=0, help="use the first N python prompts of the eval set")
     args = parser.parse_args()
-    common = ["new", args.prompt, "--length", str(args.length), "--json", "--no-repair", "--seed", "1"]
-    if args.model:
-        common += ["--model", args.model]
+    prompts = [args.prompt]
+    if args.prompts:
+        rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+        prompts = [row["prompt"] for row in rows if row["lang"] == "python"][: args.prompts]
     out = Path(tempfile.mkdtemp()) / "out.json"
-    with_view, without = [], []
+    with_view, without = [], []  # per repeat: (sampling seconds, process seconds) summed over the prompts
     for _ in range(args.repeats):
-        with_view.append(run([*common, "--live", "--exit-when-done"], out))
-        without.append(run([*common, "--no-live"], out))
-    on, off = statistics.median(with_view), statistics.median(without)
-    print(f"sampling seconds, median of {args.repeats}: view {on:.3f}, --no-live {off:.3f}")
-    print(f"view cost: {100 * (on - off) / off:+.1f}%  (all runs: view {with_view}, no view {without})")
+        totals = {"view": [0.0, 0.0], "plain": [0.0, 0.0]}
+        for prompt in prompts:
+            common = ["new", prompt, "--length", str(args.length), "--json", "--no-repair", "--seed", "1"]
+            common += ["--model", args.model] if args.model else []
+            for kind, flags in (("view", ["--live", "--exit-when-done"]), ("plain", ["--no-live"])):
+                sampled, wall = run([*common, *flags], out)
+                totals[kind][0] += sampled
+                totals[kind][1] += wall
+        with_view.append(tuple(totals["view"]))
+        without.append(tuple(totals["plain"]))
+    print(f"{len(prompts)} prompt(s), {args.repeats} repeats, view on a real 80x24 pseudo-terminal vs --no-live")
+    for i, what in enumerate(["sampling seconds", "process wall seconds"]):
+        view, plain = [r[i] for r in with_view], [r[i] for r in without]
+        on, off = statistics.median(view), statistics.median(plain)
+        print(f"{what}, median of {args.repeats}: view {on:.3f}, --no-live {off:.3f}")
+        print(f"  view cost: {100 * (on - off) / off:+.1f}%")
+        print(f"  all runs: view {[round(v, 3) for v in view]}, no view {[round(v, 3) for v in plain]}")
 
 
 if __name__ == "__main__":

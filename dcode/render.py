@@ -234,13 +234,21 @@ def render_canvas(frame: Frame) -> Text:
     if frame.settled:
         return highlight(frame.code, frame.language)
     text = Text(no_wrap=False)
+    run: list[str] = []  # consecutive pieces of one style, appended as one span (a frame's cost is per span)
+    style: Style | None = None
     for i, piece in enumerate(frame.pieces):
+        wanted: Style | None
         if piece is None:
-            text.append(MASK, REMASK_STYLE if i in frame.remasked else MASK_STYLE)
-        elif i in frame.committed:
-            text.append(piece, COMMITTED_STYLE)
+            wanted, piece = REMASK_STYLE if i in frame.remasked else MASK_STYLE, MASK
         else:
-            text.append(piece)
+            wanted = COMMITTED_STYLE if i in frame.committed else None
+        if wanted != style and run:
+            text.append("".join(run), style)
+            run = []
+        style = wanted
+        run.append(piece)
+    if run:
+        text.append("".join(run), style)
     return text
 
 

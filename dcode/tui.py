@@ -26,8 +26,10 @@ from textual import events as textual_events
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.geometry import Size
 from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 from textual.widgets import Footer, Static
 
 from dcode.render import Frame, active_line, is_step, render_canvas, render_status
@@ -35,8 +37,13 @@ from dcode.render import Frame, active_line, is_step, render_canvas, render_stat
 Events = Callable[[], Iterator[object]]
 DescribeEvent = Callable[[object, float], Frame | None]
 View = Literal["auto", "textual", "rich", "none"]
-FRAMES_PER_SECOND = 4  # most frames the worker posts: each costs the sampler ~20 ms of GIL time
-CATCH_UP_PER_SECOND = 2  # how often the app looks for a frame the worker held back
+FRAMES_PER_SECOND = 8  # most frames the worker posts
+CATCH_UP_PER_SECOND = 4  # how often the app looks for a frame it held back
+# The view draws a frame only while its thread has used at most this share of one core since the
+# sampler started. Measured on 2 cores: a frame takes ~10-20 ms of the UI thread, and the sampler
+# loses ~1.5x the UI thread's CPU time (its torch threads wait for the core the view takes), so
+# a fixed 4 frames/s cost short requests ~20%. The budget adapts the frame rate to the machine.
+VIEW_CPU_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,12 +68,48 @@ class StreamOver(Message):
         self.frame = frame
 
 
+class CanvasView(ScrollView):
+    """The canvas, drawn with Textual's line API: a frame costs the lines on screen (rendered once
+    each, then cached), not the whole file, and needs no layout pass. Long lines scroll sideways."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.text = Text()  # what is shown, for tests and the final frame
+        self.lines: list[Text] = []
+        # A line's text and spans -> its rendered strip, kept across frames: a pass changes a few
+        # lines, so most of a frame's lines are drawn from here.
+        self.strips: dict[tuple[str, tuple[object, ...]], Strip] = {}
+
+    def show(self, text: Text) -> None:
+        self.text = text
+        self.lines = text.split("\n", allow_blank=True)
+        if len(self.strips) > 4096:
+            self.strips = {}
+        size = Size(max((line.cell_len for line in self.lines), default=0), len(self.lines))
+        if size != self.virtual_size:
+            self.virtual_size = size
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = y + scroll_y
+        width = self.scrollable_content_region.width
+        if index >= len(self.lines):
+            return Strip.blank(width, self.rich_style)
+        line = self.lines[index]
+        key = (line.plain, tuple(line.spans))
+        strip = self.strips.get(key)
+        if strip is None:
+            strip = self.strips[key] = Strip(list(line.render(self.app.console, end="")), line.cell_len)
+        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
+
+
 class LiveApp(App[Outcome]):
     """Draws the canvas as the sampler refines it. q / ctrl+c cancel, p pauses; once done the
     settled frame stays until any key (or the app exits at once with exit_when_done)."""
 
     CSS = """
-    #scroll { height: 1fr; }
+    #canvas { height: 1fr; }
     #status { height: 1; background: $panel; }
     """
     BINDINGS = [
@@ -75,8 +118,16 @@ class LiveApp(App[Outcome]):
         Binding("p", "pause", "pause / resume", priority=True),
     ]
 
-    def __init__(self, events: Events, describe_event: DescribeEvent, *, exit_when_done: bool = False) -> None:
+    def __init__(
+        self,
+        events: Events,
+        describe_event: DescribeEvent,
+        *,
+        exit_when_done: bool = False,
+        cpu_share: float = VIEW_CPU_SHARE,
+    ) -> None:
         super().__init__()
+        self.cpu_share = cpu_share  # see VIEW_CPU_SHARE; 1.0 draws every frame posted
         self.events = events
         self.describe_event = describe_event
         self.exit_when_done = exit_when_done
@@ -86,11 +137,10 @@ class LiveApp(App[Outcome]):
         self.outcome: Outcome | None = None  # set once the stream is over
         self.frame: Frame | None = None  # the frame on screen, redrawn with a note
         self.latest: Frame | None = None  # the worker's newest frame, posted or held back
-        self.canvas_lines = -1  # lines of the canvas on screen, to skip re-layout when unchanged
+        self.cpu_at_start = self.wall_at_start = 0.0  # UI thread CPU time and clock when the sampler started
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="scroll"):
-            yield Static(id="canvas")
+        yield CanvasView(id="canvas")
         yield Static(id="status")
         yield Footer()
 
@@ -99,7 +149,19 @@ class LiveApp(App[Outcome]):
         # A frame held back (posted too soon after the previous one) is drawn by this timer, so
         # the screen catches up while a slow pass blocks the worker.
         self.set_interval(1 / CATCH_UP_PER_SECOND, self.catch_up)
+        # The sampler starts once the first screen is painted, so that it does not compete for
+        # the GIL with the app's start-up (layout, styles, the driver), which costs it ~20%.
+        self.call_after_refresh(self.start)
+
+    def start(self) -> None:
+        self.cpu_at_start, self.wall_at_start = time.thread_time(), time.perf_counter()
         self.consume()
+
+    def within_budget(self) -> bool:
+        """Whether the UI thread may draw now: its CPU time since the sampler started is within
+        cpu_share of the wall time (called on the UI thread)."""
+        used = time.thread_time() - self.cpu_at_start
+        return used <= self.cpu_share * (time.perf_counter() - self.wall_at_start)
 
     # -- the worker thread: pulls events, describes them, posts frames ----------------------------
 
@@ -148,11 +210,7 @@ class LiveApp(App[Outcome]):
     def draw(self, frame: Frame | None) -> None:
         if frame is not None:
             self.frame = frame
-            text = render_canvas(frame)
-            lines = text.plain.count("\n")
-            # Re-layout only when the canvas changed height: layout dominates a frame's cost.
-            self.query_one("#canvas", Static).update(text, layout=lines != self.canvas_lines)
-            self.canvas_lines = lines
+            self.query_one("#canvas", CanvasView).show(render_canvas(frame))
             self.follow(frame)
         if self.frame is None:
             return
@@ -161,21 +219,21 @@ class LiveApp(App[Outcome]):
             note = "any key closes"
         elif not self.running.is_set():
             note = "paused"
-        self.query_one("#status", Static).update(render_status(self.frame, note))
+        self.query_one("#status", Static).update(render_status(self.frame, note), layout=False)  # height 1
 
     def follow(self, frame: Frame) -> None:
         """Keep the line the sampler just wrote in view; show the top once settled."""
-        scroll = self.query_one("#scroll", VerticalScroll)
+        scroll = self.query_one("#canvas", CanvasView)
         line = 0 if frame.settled else active_line(frame)
         if line is not None:
             scroll.scroll_to(y=max(0, line - scroll.size.height // 2), animate=False, immediate=True)
 
     def catch_up(self) -> None:
-        if self.outcome is None and self.latest is not None and self.latest is not self.frame:
+        if self.outcome is None and self.latest is not None and self.latest is not self.frame and self.within_budget():
             self.draw(self.latest)
 
     def on_frame_ready(self, message: FrameReady) -> None:
-        if self.outcome is None:
+        if self.outcome is None and self.within_budget():  # else catch_up draws the latest frame later
             self.draw(message.frame)
 
     def on_stream_over(self, message: StreamOver) -> None:

@@ -12,14 +12,13 @@ from io import StringIO
 
 import pytest
 from rich.console import Console
-from rich.text import Text
 from test_render import ANSWER, EOS, MASK, PAD, Tokenizer, step
 from textual.widgets import Static
 
 from dcode import tui
 from dcode.pipeline import Finished
-from dcode.render import COMMITTED_STYLE, Describer
-from dcode.tui import LiveApp, Outcome, live_frame, run_live, run_rich
+from dcode.render import COMMITTED_STYLE, MASK_STYLE, Describer
+from dcode.tui import CanvasView, LiveApp, Outcome, live_frame, run_live, run_rich
 
 CODE = "def add(a, b):\n    return a + b\n"
 FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
@@ -69,8 +68,7 @@ def describer() -> Describer:
 
 
 def canvas_text(app: LiveApp) -> str:
-    content = app.query_one("#canvas", Static).content  # a str until the first frame arrives
-    return content.plain if isinstance(content, Text) else str(content)
+    return app.query_one("#canvas", CanvasView).text.plain
 
 
 def status_text(app: LiveApp) -> str:
@@ -98,23 +96,20 @@ def drive(app: LiveApp, script) -> Outcome | None:
 def test_steps_render_then_the_final_frame_stays_until_a_key():
     gate = threading.Event()
     source = Source(STEPS[:3] + STEPS[4:], gate=gate)
-    app = LiveApp(source, describer())
+    app = LiveApp(source, describer(), cpu_share=1.0)
 
     async def script(pilot):
         # the second pass is drawn while the source is held back: its tokens highlighted
         await until(pilot, lambda: canvas_text(app) == "def add(a, b):······")
         assert status_text(app).startswith("fake · cpu · pass 2 · 6 masked · 2.5 tok/pass")
-        spans = app.query_one("#canvas", Static).content.spans  # type: ignore[union-attr]
-        assert [(s.start, s.end, s.style) for s in spans[:3]] == [
-            (0, 3, COMMITTED_STYLE),
-            (3, 7, COMMITTED_STYLE),
-            (7, 14, COMMITTED_STYLE),
-        ]
+        spans = app.query_one("#canvas", CanvasView).text.spans
+        # "def add(a, b):", the second pass's three tokens, as one highlighted run; then the masks
+        assert [(s.start, s.end, s.style) for s in spans] == [(0, 14, COMMITTED_STYLE), (14, 20, MASK_STYLE)]
         gate.set()
         await until(pilot, lambda: app.outcome is not None)
         assert canvas_text(app) == CODE
         assert status_text(app).startswith(" any key closes  fake · cpu · pass 4 · done")
-        spans = app.query_one("#canvas", Static).content.spans  # type: ignore[union-attr]
+        spans = app.query_one("#canvas", CanvasView).text.spans
         assert any(s.start == 0 and s.end == 3 for s in spans)  # "def" highlighted as a keyword
         await pilot.pause(0.2)
         assert app.is_running  # still showing the final frame
@@ -127,7 +122,7 @@ def test_steps_render_then_the_final_frame_stays_until_a_key():
 
 def test_q_cancels_without_draining_the_source():
     source = Source(STEPS * 60, delay=0.02)
-    app = LiveApp(source, describer())
+    app = LiveApp(source, describer(), cpu_share=1.0)
 
     async def script(pilot):
         await until(pilot, lambda: source.pulled >= 3)
@@ -140,7 +135,7 @@ def test_q_cancels_without_draining_the_source():
 
 def test_p_pauses_consumption_and_resumes():
     source = Source(STEPS * 60, delay=0.01)
-    app = LiveApp(source, describer())
+    app = LiveApp(source, describer(), cpu_share=1.0)
 
     async def script(pilot):
         await until(pilot, lambda: source.pulled >= 3)
@@ -167,7 +162,7 @@ def test_frames_are_dropped_but_the_last_is_drawn():
             super().on_frame_ready(message)
 
     source = Source(STEPS * 100)
-    app = Counting(source, describer())
+    app = Counting(source, describer(), cpu_share=1.0)
 
     async def script(pilot):
         await until(pilot, lambda: app.outcome is not None)
@@ -179,17 +174,39 @@ def test_frames_are_dropped_but_the_last_is_drawn():
     assert 1 <= len(drawn) < 100
 
 
+def test_a_view_out_of_cpu_budget_draws_only_the_final_frame():
+    """With no CPU budget for the view, no step is drawn, yet the settled code is (the budget
+    keeps the view from slowing the sampler; the final frame is always drawn)."""
+    drawn = []
+
+    class Counting(LiveApp):
+        def draw(self, frame):
+            drawn.append(frame)
+            super().draw(frame)
+
+    source = Source(STEPS * 20, delay=0.005)
+    app = Counting(source, describer(), cpu_share=0.0)
+
+    async def script(pilot):
+        await until(pilot, lambda: app.outcome is not None)
+        assert canvas_text(app) == CODE
+        await pilot.press("enter")
+
+    assert drive(app, script) == Outcome(result=FINISHED)
+    assert [frame.settled for frame in drawn if frame is not None] == [True]
+
+
 def test_the_view_follows_the_active_line_then_shows_the_top():
     answer = [3, 6] * 30  # "def\n" thirty times: taller than the screen
     steps = [step([*answer[:56], MASK, MASK, MASK, MASK], list(range(56)), 1), step(answer, [56, 57, 58, 59], 2)]
     gate = threading.Event()
     source = Source(steps, gate=gate)
     long = Describer(Tokenizer(), MASK, length=len(answer), model="fake", device="cpu")
-    app = LiveApp(source, long)
+    app = LiveApp(source, long, cpu_share=1.0)
 
     async def script(pilot):
         await until(pilot, lambda: "pass 2" in status_text(app))
-        scroll = app.query_one("#scroll")
+        scroll = app.query_one("#canvas", CanvasView)
         await until(pilot, lambda: scroll.scroll_y > 15)  # line 28 written last, kept in view
         gate.set()
         await until(pilot, lambda: app.outcome is not None)
@@ -201,14 +218,16 @@ def test_the_view_follows_the_active_line_then_shows_the_top():
 
 def test_exit_when_done_exits_by_itself():
     source = Source(STEPS)
-    outcome = LiveApp(source, describer(), exit_when_done=True).run(headless=True, size=(60, 12))
+    outcome = LiveApp(source, describer(), exit_when_done=True, cpu_share=1.0).run(headless=True, size=(60, 12))
     assert outcome == Outcome(result=FINISHED)
 
 
 def test_an_exception_in_the_source_is_returned():
     error = RuntimeError("CUDA out of memory")
     source = Source(STEPS[:2], fail=error)
-    outcome = LiveApp(source, describer()).run(headless=True, size=(60, 12))  # exits even without exit_when_done
+    outcome = LiveApp(source, describer(), cpu_share=1.0).run(
+        headless=True, size=(60, 12)
+    )  # exits even without exit_when_done
     assert outcome is not None and outcome.error is error and not outcome.cancelled
 
 
