@@ -1,7 +1,7 @@
 """The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
 
-Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its lines, the
-enclosing statement, the enclosing block), building the re-masked canvas, and splicing the
+Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its focus
+line, the enclosing statement and the line before, the enclosing block), building the re-masked canvas, and splicing the
 regenerated spans back into the text. Checking is dcode.syntax's job and sampling is
 dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
 Knows nothing about prompt templates, files or the terminal.
@@ -26,6 +26,7 @@ from dcode.syntax import (
     STATEMENT_TYPES,
     Issue,
     UnknownLanguage,
+    compile_issue,
     find_issues,
     language_of,
     line_span,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from tree_sitter import Node
 
 
-# Round -> (node types it widens to, lines of context added when no such node encloses the span).
+# Rounds 2 and 3 on -> (node types they widen to, lines of context added when no such node encloses the span).
 _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
 
 
@@ -117,7 +118,9 @@ def tokens_for_span(offsets: Sequence[tuple[int, int]], start_byte: int, end_byt
 
 
 # ---------------------------------------------------------------------------------------------
-# Widening: round 1 the issue's lines, round 2 the enclosing statement, round 3 the enclosing block
+# Widening, narrowest first: round 1 the issue's focus line, round 2 the enclosing statement and
+# the line before it, round 3 the enclosing block. A fix found in an early round leaves every
+# other line as it was.
 
 
 def whole_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
@@ -125,13 +128,14 @@ def whole_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
     return line_span(data, start)[0], line_span(data, max(start, end - 1))[1]
 
 
-def with_context(data: bytes, span: tuple[int, int], lines: int) -> tuple[int, int]:
-    """span plus `lines` whole lines before and after it (as far as the text goes)."""
+def with_context(data: bytes, span: tuple[int, int], lines: int, after: bool = True) -> tuple[int, int]:
+    """span plus `lines` whole lines before it (and after it, unless after=False)."""
     start, end = span
     for _ in range(lines):
         start = line_span(data, start - 1)[0] if start > 0 else 0
         nl = data.find(b"\n", end)
-        end = line_span(data, nl + 1)[1] if nl >= 0 else len(data)
+        if after:
+            end = line_span(data, nl + 1)[1] if nl >= 0 else len(data)
     return start, end
 
 
@@ -146,20 +150,40 @@ def enclosing(node: Node | None, kinds: re.Pattern[str], data: bytes, span: tupl
     return None
 
 
-def widen(data: bytes, root: Node, issue: Issue, round: int) -> tuple[int, int, str]:
-    """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Each round's span holds
-    the last; where no statement/block encloses it, a line or two of context stand in. Spans stop
-    before the last line's ending, so the line breaks around them are kept as they are."""
-    span = whole_lines(data, issue.start_byte, issue.end_byte)
-    scope = "its lines"
-    anchor = root.descendant_for_byte_range(issue.start_byte, issue.end_byte)
-    for kinds, context in _ROUNDS[: max(0, round - 1)]:
+def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]:
+    """The one line round 1 re-masks: the line compile() blames (`hint`, Python) when it lies in
+    the issue's span, else the issue's own line. A tree-sitter ERROR can cover a whole function;
+    the broken line inside it is usually one."""
+    if hint is not None:
+        first, last = whole_lines(data, issue.start_byte, issue.end_byte)
+        if first <= hint.start_byte <= last:
+            return line_span(data, hint.start_byte)
+    at = 0
+    for _ in range(issue.line - 1):  # the start of the issue's line
+        at = data.find(b"\n", at) + 1
+    return line_span(data, at)
+
+
+def widen(data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None) -> tuple[int, int, str]:
+    """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Round 1: the focus line;
+    round 2: the statement enclosing it and the line before (a broken line often shows as an
+    error on the next); round 3 on: the enclosing block. Where no statement/block encloses the
+    span, a line or two of context stand in. Spans stop before the last line's ending, so the
+    line breaks around them are kept as they are."""
+    span = focus_line(data, issue, hint)
+    scope = "its line"
+    anchor = root.descendant_for_byte_range(*span)
+    for step in range(2, round + 1):
+        kinds, context = _ROUNDS[min(step, 3) - 2]
         found = enclosing(anchor, kinds, data, span)
         if found is not None:
             anchor, scope = found, f"enclosing {found.type}"
             span = whole_lines(data, found.start_byte, found.end_byte)
         else:
             span, scope = with_context(data, span, context), f"{context} line(s) of context"
+        if step == 2:
+            span = (with_context(data, span, 1, after=False)[0], span[1])
+            scope += " and the line before"
     first, last = (data.count(b"\n", 0, i) + 1 for i in (span[0], max(span[0], span[1] - 1)))
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     return span[0], span[1], f"{issue.message} (line {issue.line}): {where}, {scope}"
@@ -261,7 +285,8 @@ def repair(
         data = best.encode()
         ids, offsets = tokenize(model.tokenizer, best)
         root = Parser(language_of(name)).parse(data).root_node
-        spans = snap(offsets, [widen(data, root, issue, number) for issue in best_issues])
+        hint = compile_issue(best, data) if name == "python" else None
+        spans = snap(offsets, [widen(data, root, issue, number, hint) for issue in best_issues])
         canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
         if not spans or len(canvas) > facts.max_length:
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"

@@ -172,7 +172,7 @@ def find_issues(source: str, language: str) -> list[Issue]:
     tree = Parser(language_of(name)).parse(data)
     issues = _tree_issues(data, tree.root_node)
     if name == "python":
-        extra = _compile_issue(source, data)
+        extra = compile_issue(source, data)
         if extra is not None and not any(_overlaps(i, line_span(data, extra.start_byte)) for i in issues):
             issues.append(extra)
     # Several MISSING tokens in one statement widen to the same record; keep one.
@@ -221,8 +221,10 @@ def _missing_issue(data: bytes, node: Node) -> Issue:
     return _issue(data, "missing", start, end, point, node.type, message)
 
 
-def _compile_issue(source: str, data: bytes) -> Issue | None:
-    """What compile() rejects that tree-sitter-python's more lenient grammar may accept."""
+def compile_issue(source: str, data: bytes | None = None) -> Issue | None:
+    """What compile() rejects that tree-sitter-python's more lenient grammar may accept. Its line
+    is often more precise than tree-sitter's ERROR node, which can span a whole function."""
+    data = source.encode() if data is None else data
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarnings (e.g. invalid escapes) are not our report

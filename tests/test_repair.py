@@ -161,7 +161,8 @@ def test_garbage_never_makes_it_worse_and_spans_widen_each_round(tokenizer) -> N
     for (a0, b0), (a1, b1) in zip(spans, spans[1:], strict=False):
         assert a1 <= a0 and b1 >= b0 and (a1, b1) != (a0, b0)
     data = NESTED.encode()
-    assert [data[a:b].count(b"\n") + 1 for a, b in spans] == [1, 2, 4]  # line, if statement, body
+    # line; if statement and the line before; body
+    assert [data[a:b].count(b"\n") + 1 for a, b in spans] == [1, 3, 4]
 
 
 def test_widening_rounds_for_a_nested_python_example() -> None:
@@ -173,13 +174,33 @@ def test_widening_rounds_for_a_nested_python_example() -> None:
     spans = [widen(data, root, issue, r) for r in (1, 2, 3)]
     texts = [data[a:b].decode() for a, b, _ in spans]
     assert texts[0] == "            return self.w * ("
-    assert texts[1] == "        if self.w:\n" + texts[0]
-    assert texts[2] == "        total = 0\n" + texts[1] + "\n        return total"
+    assert texts[1] == "        total = 0\n        if self.w:\n" + texts[0]
+    assert texts[2] == texts[1] + "\n        return total"
     assert [why.split(": ", 1)[1] for _, _, why in spans] == [
-        "line 5, its lines",
-        "lines 4-5, enclosing if_statement",
+        "line 5, its line",
+        "lines 3-5, enclosing if_statement and the line before",
         "lines 3-6, enclosing block",
     ]
+
+
+def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
+    """tree-sitter's ERROR can cover a whole function; compile() names the broken line, and
+    round 1 re-masks that line alone, so a fix there leaves every other line as it was."""
+    from tree_sitter import Parser
+
+    from dcode.syntax import compile_issue
+
+    # a corruption from the repair benchmark: "def wrapper(*args" lost "apper(*args"
+    code = "def outer(fxn):\n    @functools.wraps(fxn)\n    def wr, **kwargs):\n        return fxn(*args, **kwargs)\n    return wr\n"
+    data = code.encode()
+    root = Parser(language_of("python")).parse(data).root_node
+    [issue] = find_issues(code, "python")
+    hint = compile_issue(code)
+    assert (issue.start_byte, issue.line) == (0, 1)  # the ERROR holds the whole function
+    assert hint is not None and hint.line == 3
+    start, end, why = widen(data, root, issue, 1, hint)
+    assert data[start:end] == b"    def wr, **kwargs):" and why.endswith("line 3, its line")
+    assert data[slice(*widen(data, root, issue, 1)[:2])] == b"def outer(fxn):"  # without the hint: line 1
 
 
 def test_widening_without_an_enclosing_node_adds_context_lines() -> None:
@@ -190,7 +211,7 @@ def test_widening_without_an_enclosing_node_adds_context_lines() -> None:
     root = Parser(language_of("python")).parse(data).root_node
     issue = find_issues(code, "python")[0]
     r1, r2, r3 = (widen(data, root, issue, r) for r in (1, 2, 3))
-    assert r1[0] <= issue.start_byte and r1[1] >= issue.end_byte
+    assert data[r1[0] : r1[1]] == b"c = ("  # the issue's own line
     assert r2[0] <= r1[0] and r2[1] >= r1[1] and r2[:2] != r1[:2]
     assert r3[0] <= r2[0] and r3[1] >= r2[1] and r3[:2] != r2[:2]
 
