@@ -196,3 +196,61 @@ def tiny_full_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-full")
     write_tiny_checkpoint(folder, block=None, seed=1)
     return folder
+
+
+TINY_PAD, TINY_EOS, TINY_MASK = 0, 1, 2  # dcode-tiny's special tokens
+
+
+class ScriptedDenoiser:
+    """A Denoiser that knows what to write. In every run of consecutive masks it puts all
+    probability on a script's token ids in order, then on pad; forward pass k uses script k (the
+    last one repeats), so a draft and a repair round can write different things. Under the
+    threshold rule every mask is committed in the first pass. Records each canvas it is given;
+    raises KeyboardInterrupt on pass `interrupt_at`. Full attention, unshifted logits, no cache."""
+
+    def __init__(
+        self, tokenizer, *scripts: str | list[int], max_length: int = 2048, interrupt_at: int | None = None
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.scripts = [s if isinstance(s, list) else tokenizer.encode(s, add_special_tokens=False) for s in scripts]
+        self.facts = ModelFacts(
+            name="scripted",
+            family="scripted",
+            mask_id=TINY_MASK,
+            eos_ids=frozenset({TINY_EOS}),
+            pad_id=TINY_PAD,
+            shifted=False,
+            block=None,
+            max_length=max_length,
+            vocab_size=len(tokenizer),
+            prompt="new-bare",
+        )
+        self.seen: list[list[int]] = []
+        self.interrupt_at = interrupt_at
+
+    @property
+    def forwards(self) -> int:
+        return len(self.seen)
+
+    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        if self.interrupt_at is not None and len(self.seen) + 1 >= self.interrupt_at:
+            raise KeyboardInterrupt
+        script = self.scripts[min(len(self.seen), len(self.scripts) - 1)]
+        self.seen.append(ids[0].tolist())
+        logits = torch.zeros(*ids.shape, self.facts.vocab_size)  # (B, L, V)
+        for b, row in enumerate(ids.tolist()):
+            offset = 0  # position inside the current run of masks
+            for i, token in enumerate(row):
+                if token == TINY_MASK:
+                    logits[b, i, script[offset] if offset < len(script) else TINY_PAD] = 50.0
+                    offset += 1
+                else:
+                    offset = 0
+        return logits
+
+    def new_cache(self) -> None:
+        return None
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")

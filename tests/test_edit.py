@@ -15,8 +15,8 @@ import stat
 from pathlib import Path
 
 import pytest
-import torch
 import typer
+from conftest import ScriptedDenoiser
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
@@ -38,7 +38,6 @@ from dcode.edit import (
     write_in_place,
 )
 from dcode.models import EMBEDDED
-from dcode.models.base import ModelFacts
 from dcode.sampler import Step
 from dcode.syntax import find_issues
 
@@ -75,57 +74,6 @@ SUM3 = "def add(a, b, c=0):\n    total = a + b\n    return total + c"  # 24 toke
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(EMBEDDED)
-
-
-class ScriptedDenoiser:
-    """A Denoiser that knows what to write. In every run of consecutive masks it puts all
-    probability on a script's token ids in order, then on pad; forward pass k uses script k (the
-    last one repeats), so a draft and a repair round can write different things. Under the
-    threshold rule every mask is committed in the first pass. Records each canvas it is given;
-    raises KeyboardInterrupt on pass `interrupt_at`. Full attention, unshifted logits, no cache."""
-
-    def __init__(
-        self, tokenizer, *scripts: str | list[int], max_length: int = 2048, interrupt_at: int | None = None
-    ) -> None:
-        self.tokenizer = tokenizer
-        self.scripts = [s if isinstance(s, list) else tokenizer.encode(s, add_special_tokens=False) for s in scripts]
-        self.facts = ModelFacts(
-            name="scripted",
-            family="scripted",
-            mask_id=MASK,
-            eos_ids=frozenset({EOS}),
-            pad_id=PAD,
-            shifted=False,
-            block=None,
-            max_length=max_length,
-            vocab_size=len(tokenizer),
-            prompt="new-bare",
-        )
-        self.seen: list[list[int]] = []
-        self.interrupt_at = interrupt_at
-
-    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
-        if self.interrupt_at is not None and len(self.seen) + 1 >= self.interrupt_at:
-            raise KeyboardInterrupt
-        script = self.scripts[min(len(self.seen), len(self.scripts) - 1)]
-        self.seen.append(ids[0].tolist())
-        logits = torch.zeros(*ids.shape, self.facts.vocab_size)  # (B, L, V)
-        for b, row in enumerate(ids.tolist()):
-            offset = 0  # position inside the current run of masks
-            for i, token in enumerate(row):
-                if token == MASK:
-                    logits[b, i, script[offset] if offset < len(script) else PAD] = 50.0
-                    offset += 1
-                else:
-                    offset = 0
-        return logits
-
-    def new_cache(self) -> None:
-        return None
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
 
 
 def run_edit(model, source: str, region: tuple[int, int], instruction: str = "fix add", **kwargs) -> list:

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import ScriptedDenoiser
 from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
-from dcode.models.base import ModelFacts
 from dcode.repair import (
     Repaired,
     RepairRound,
@@ -44,49 +43,6 @@ NESTED = (
 @pytest.fixture(scope="module")
 def tokenizer():
     return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
-
-
-class ScriptedDenoiser:
-    """A Denoiser that knows one text. In every run of consecutive masks it puts all probability on
-    that text's token ids in order, then on pad. Under the threshold rule every mask is committed in
-    the first pass of its block, so the runs it sees are exactly the re-masked spans (plus room).
-    Counts forward passes; full attention, unshifted logits, no cache."""
-
-    def __init__(self, tokenizer, text: str) -> None:
-        self.tokenizer = tokenizer
-        self.script = tokenizer.encode(text, add_special_tokens=False)
-        self.facts = ModelFacts(
-            name="scripted",
-            family="scripted",
-            mask_id=MASK,
-            eos_ids=frozenset({EOS}),
-            pad_id=PAD,
-            shifted=False,
-            block=None,
-            max_length=2048,
-            vocab_size=len(tokenizer),
-        )
-        self.forwards = 0
-
-    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
-        self.forwards += 1
-        logits = torch.zeros(*ids.shape, self.facts.vocab_size)  # (B, L, V)
-        for b, row in enumerate(ids.tolist()):
-            offset = 0  # position inside the current run of masks
-            for i, token in enumerate(row):
-                if token == MASK:
-                    logits[b, i, self.script[offset] if offset < len(self.script) else PAD] = 50.0
-                    offset += 1
-                else:
-                    offset = 0
-        return logits
-
-    def new_cache(self) -> None:
-        return None
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cpu")
 
 
 def run(model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3) -> list:
@@ -191,7 +147,10 @@ def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
     from dcode.syntax import compile_issue
 
     # a corruption from the repair benchmark: "def wrapper(*args" lost "apper(*args"
-    code = "def outer(fxn):\n    @functools.wraps(fxn)\n    def wr, **kwargs):\n        return fxn(*args, **kwargs)\n    return wr\n"
+    code = (
+        "def outer(fxn):\n    @functools.wraps(fxn)\n    def wr, **kwargs):\n"
+        "        return fxn(*args, **kwargs)\n    return wr\n"
+    )
     data = code.encode()
     root = Parser(language_of("python")).parse(data).root_node
     [issue] = find_issues(code, "python")

@@ -93,6 +93,17 @@ def drive(app: LiveApp, script) -> Outcome | None:
     return app.return_value
 
 
+def drive_to_the_end(app: LiveApp) -> Outcome | None:
+    """Run until the stream is over, check the settled code is on screen, close with a key."""
+
+    async def script(pilot):
+        await until(pilot, lambda: app.outcome is not None)
+        assert canvas_text(app) == CODE
+        await pilot.press("enter")
+
+    return drive(app, script)
+
+
 def test_steps_render_then_the_final_frame_stays_until_a_key():
     gate = threading.Event()
     source = Source(STEPS[:3] + STEPS[4:], gate=gate)
@@ -164,12 +175,7 @@ def test_frames_are_dropped_but_the_last_is_drawn():
     source = Source(STEPS * 100)
     app = Counting(source, describer(), cpu_share=1.0)
 
-    async def script(pilot):
-        await until(pilot, lambda: app.outcome is not None)
-        assert canvas_text(app) == CODE
-        await pilot.press("enter")
-
-    assert drive(app, script) == Outcome(result=FINISHED)
+    assert drive_to_the_end(app) == Outcome(result=FINISHED)
     assert source.pulled == len(STEPS) * 100 + 1
     assert 1 <= len(drawn) < 100
 
@@ -187,12 +193,7 @@ def test_a_view_out_of_cpu_budget_draws_only_the_final_frame():
     source = Source(STEPS * 20, delay=0.005)
     app = Counting(source, describer(), cpu_share=0.0)
 
-    async def script(pilot):
-        await until(pilot, lambda: app.outcome is not None)
-        assert canvas_text(app) == CODE
-        await pilot.press("enter")
-
-    assert drive(app, script) == Outcome(result=FINISHED)
+    assert drive_to_the_end(app) == Outcome(result=FINISHED)
     assert [frame.settled for frame in drawn if frame is not None] == [True]
 
 
