@@ -82,7 +82,7 @@ class CanvasView(ScrollView):
 
     def show(self, text: Text) -> None:
         self.text = text
-        self.lines = text.split("\n", allow_blank=True)
+        self.lines = list(text.split("\n", allow_blank=True))
         if len(self.strips) > 4096:
             self.strips = {}
         size = Size(max((line.cell_len for line in self.lines), default=0), len(self.lines))

@@ -47,7 +47,7 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else OK)
 
 
-app = typer.Typer(
+app: typer.Typer = typer.Typer(
     cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,

@@ -201,7 +201,7 @@ def load_weights(
     """
     quiet_transformers()
     try:
-        model, info = model_class.from_pretrained(
+        loaded: Any = model_class.from_pretrained(
             str(folder),
             config=config,
             dtype=dtype,
@@ -214,6 +214,7 @@ def load_weights(
             output_loading_info=True,
             generation_config=generation_config or GenerationConfig(),
         )
+        model, info = loaded
     except OSError as error:  # safetensors or transformers failing on a file past the header check
         raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
     problems = [
@@ -227,7 +228,7 @@ def load_weights(
     return model.to(device).eval()
 
 
-def load_tokenizer(folder: Path, tokenizer_class: type | None = None) -> Any:
+def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     """The folder's tokenizer, never running code shipped with the checkpoint.
 
     tokenizer_class: the family's transformers class for its files (Dream's tokenizer_config names
@@ -277,7 +278,7 @@ def special_ids(
     if mask_id is None:
         raise ModelError("neither config.json nor the tokenizer names a mask token")
     eos = config.get("eos_token_id")
-    eos_ids = {int(e) for e in (eos if isinstance(eos, list) else [eos]) if first_id(e) is not None}
+    eos_ids = {i for i in (first_id(e) for e in (eos if isinstance(eos, list) else [eos])) if i is not None}
     if not eos_ids and tokenizer.eos_token_id is not None:
         eos_ids = {int(tokenizer.eos_token_id)}
     eos_ids |= {i for i in (token_id(tokenizer, t) for t in end_tokens) if i is not None}

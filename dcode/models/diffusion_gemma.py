@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DynamicCache, PretrainedConfig
@@ -221,4 +221,4 @@ def load(
         noise="uniform",
         defaults=sampling_defaults(generation),
     )
-    return DiffusionGemmaDenoiser(model, tokenizer, facts)
+    return DiffusionGemmaDenoiser(cast(Any, model), tokenizer, facts)
