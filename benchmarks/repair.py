@@ -103,6 +103,8 @@ def corrupt(code: str, rng: random.Random) -> tuple[str, int, int] | None:
 def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random) -> dict[str, float]:
     restored = cases = 0
     outside_same = outside_total = 0
+    fixed_same = fixed_total = 0  # the same, over the cases repair restored to valid
+    rounds: dict[int, int] = {}  # rounds used by the restored cases -> count
     seconds = 0.0
     for code in functions:
         damaged = corrupt(code, rng)
@@ -122,10 +124,18 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
         suffix_same = tail == 0 or after[-tail:] == before[-tail:]
         outside_total += start + tail
         outside_same += (start if prefix_same else 0) + (tail if suffix_same else 0)
+        if done.issues_after == 0:
+            fixed_total += start + tail
+            fixed_same += (start if prefix_same else 0) + (tail if suffix_same else 0)
+            rounds[done.rounds] = rounds.get(done.rounds, 0) + 1
     return {
         "cases": cases,
         "restored_to_valid": restored / max(1, cases),
         "bytes_outside_damaged_lines_identical": outside_same / max(1, outside_total),
+        # A case repair leaves broken keeps its text, so the share above rises as repair fails;
+        # this one counts only the cases it restored.
+        "bytes_outside_identical_when_restored": fixed_same / max(1, fixed_total),
+        "restored_in_round": {str(k): v for k, v in sorted(rounds.items())},
         "seconds_mean": seconds / max(1, cases),
     }
 

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from tree_sitter import Node
 
 
+# Definitions of functions and types: round 2 never widens to one (a whole function re-masked is
+# a rewrite, not a repair); round 3's block is the most it gets.
+DEFINITIONS = re.compile(r"(function|class|method|struct|impl|trait|interface|enum|module)")
 # Rounds 2 and 3 on -> (node types they widen to, lines of context added when no such node encloses the span).
 _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
 
@@ -139,10 +142,14 @@ def with_context(data: bytes, span: tuple[int, int], lines: int, after: bool = T
     return start, end
 
 
-def enclosing(node: Node | None, kinds: re.Pattern[str], data: bytes, span: tuple[int, int]) -> Node | None:
+def enclosing(
+    node: Node | None, kinds: re.Pattern[str], data: bytes, span: tuple[int, int], stop: re.Pattern[str] | None = None
+) -> Node | None:
     """The smallest node from `node` up (the file itself excluded) of a type matching kinds whose
-    lines strictly contain span."""
+    lines strictly contain span; None past a node whose type matches `stop`."""
     while node is not None and node.parent is not None:
+        if stop is not None and stop.search(node.type):
+            return None
         lines = whole_lines(data, node.start_byte, node.end_byte)
         if kinds.search(node.type) and lines[0] <= span[0] and lines[1] >= span[1] and lines != span:
             return node
@@ -166,8 +173,8 @@ def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]
 
 def widen(data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None) -> tuple[int, int, str]:
     """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Round 1: the focus line;
-    round 2: the statement enclosing it and the line before (a broken line often shows as an
-    error on the next); round 3 on: the enclosing block. Where no statement/block encloses the
+    round 2: the statement enclosing it (never a whole function or type definition) and the line
+    before; round 3 on: the enclosing block. Where no statement/block encloses the
     span, a line or two of context stand in. Spans stop before the last line's ending, so the
     line breaks around them are kept as they are."""
     span = focus_line(data, issue, hint)
@@ -175,15 +182,15 @@ def widen(data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None 
     anchor = root.descendant_for_byte_range(*span)
     for step in range(2, round + 1):
         kinds, context = _ROUNDS[min(step, 3) - 2]
-        found = enclosing(anchor, kinds, data, span)
+        found = enclosing(anchor, kinds, data, span, DEFINITIONS if step == 2 else None)
         if found is not None:
             anchor, scope = found, f"enclosing {found.type}"
             span = whole_lines(data, found.start_byte, found.end_byte)
+            if step == 2:  # a broken line often shows as an error on the next one
+                span = (with_context(data, span, 1, after=False)[0], span[1])
+                scope += " and the line before"
         else:
             span, scope = with_context(data, span, context), f"{context} line(s) of context"
-        if step == 2:
-            span = (with_context(data, span, 1, after=False)[0], span[1])
-            scope += " and the line before"
     first, last = (data.count(b"\n", 0, i) + 1 for i in (span[0], max(span[0], span[1] - 1)))
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     return span[0], span[1], f"{issue.message} (line {issue.line}): {where}, {scope}"
@@ -232,6 +239,15 @@ def remasked_canvas(
         kept = end
     answer += ids[kept:]
     return torch.tensor([*prompt_ids, *answer], dtype=torch.long), regions
+
+
+def deleted(old: str, new: str) -> bool:
+    """Whether a span's new text drops the code it replaces: blank where there was code, or under
+    half its non-blank lines where there were three or more (the model summarising a function
+    into a stub). Such a result can have fewer issues, but it is not a repair.
+    Example: deleted("a = 1\nb = 2\nc = 3\n", "pass") -> True."""
+    before, after = (sum(1 for line in text.splitlines() if line.strip()) for text in (old, new))
+    return (before > 0 and after == 0) or (before >= 3 and 2 * after < before)
 
 
 def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
@@ -305,10 +321,7 @@ def repair(
         texts = [model.tokenizer.decode([t for t in last.canvas[a:b].tolist() if t not in drop]) for a, b in regions]
         candidate = splice(data, spans, texts)
         found = find_issues(candidate, language)
-        # A span that had code and comes back blank deleted it: fewer issues, but not a repair.
-        erased = any(
-            not t.strip() and data[s.start_byte : s.end_byte].strip() for s, t in zip(spans, texts, strict=True)
-        )
+        erased = any(deleted(data[s.start_byte : s.end_byte].decode(), t) for s, t in zip(spans, texts, strict=True))
         kept = not erased and len(found) < len(best_issues)
         history.append(
             RepairRound(

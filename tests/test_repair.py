@@ -15,6 +15,7 @@ from dcode.repair import (
     Repaired,
     RepairRound,
     byte_offsets,
+    deleted,
     repair,
     repaired,
     room,
@@ -160,6 +161,35 @@ def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
     start, end, why = widen(data, root, issue, 1, hint)
     assert data[start:end] == b"    def wr, **kwargs):" and why.endswith("line 3, its line")
     assert data[slice(*widen(data, root, issue, 1)[:2])] == b"def outer(fxn):"  # without the hint: line 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "lost"),
+    [
+        ("    return a + b", "", True),  # blank where there was code
+        ("    return a + b", "    return a - b", False),
+        ("a = 1\nb = 2\nc = 3\nd = 4\ne = 5", "def stub():\n    pass", True),  # five lines summarised into two
+        ("a = 1\nb = 2\nc = 3", "a = 1\nc = 3", False),  # two of three kept: still a repair
+        ("", "x = 1", False),
+    ],
+)
+def test_a_result_that_drops_code_is_not_a_repair(old: str, new: str, lost: bool) -> None:
+    assert deleted(old, new) is lost
+
+
+def test_round_two_never_widens_to_a_whole_function() -> None:
+    """A broken line directly in a function's body: round 2 takes a line of context around it, not
+    the function_definition (re-masking a whole function is a rewrite); round 3 takes the body."""
+    from tree_sitter import Parser
+
+    code = "def f(a):\n    x = a\n    retur x\n    y = 2\n    return y\n"
+    data = code.encode()
+    root = Parser(language_of("python")).parse(data).root_node
+    [issue] = find_issues(code, "python")
+    _, _, why2 = widen(data, root, issue, 2)
+    start, end, why3 = widen(data, root, issue, 3)
+    assert "function_definition" not in why2 and "line(s) of context" in why2
+    assert not data[start:end].startswith(b"def f") and "block" in why3
 
 
 def test_widening_without_an_enclosing_node_adds_context_lines() -> None:
