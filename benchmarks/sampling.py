@@ -4,15 +4,17 @@
     python benchmarks/sampling.py --limit 5 --json out.json
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
-passes, tokens per forward (TPF), tok/s, wall time and the share of outputs that are real code
-(at least two non-blank lines that compile()). The one-token-per-pass schedule is the baseline
-measured in the same run; ratios are against it.
+passes, tokens per forward (TPF), tok/s, wall time, the share of outputs that are real code (at
+least two non-blank lines that compile()) and the share that mention the request's key words (at
+least half of its content words appear in the output's identifiers, comments or docstrings). The
+one-token-per-pass schedule is the baseline measured in the same run; ratios are against it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import warnings
 from dataclasses import replace
@@ -46,8 +48,33 @@ def is_real_code(code: str) -> bool:
     return True
 
 
+# Words of a request that say nothing about what to write.
+STOP_WORDS = frozenset(
+    {"a", "an", "the", "that", "this", "these", "with", "without", "and", "or", "of", "to", "in", "into"}
+    | {"for", "from", "on", "by", "as", "is", "are", "be", "it", "its", "one", "two", "each", "every", "all"}
+    | {"any", "function", "class", "method", "which", "when", "where", "while", "than", "then", "returns"}
+    | {"return", "given", "using", "use", "python"}
+)
+
+
+def words(text: str) -> set[str]:
+    """Lower-case words of text, identifiers split at underscores and camelCase humps."""
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", text)}
+
+
+def key_word_share(prompt: str, code: str) -> float:
+    """Share of the prompt's content words (3+ letters, not STOP_WORDS) found in the code's words
+    (identifiers, comments, docstrings), matching on the first five letters (sort ~ sorted).
+    Example: key_word_share("merge two sorted lists", "def merge_sorted(a): ...") -> 2/3."""
+    wanted = {w for w in words(prompt) if len(w) >= 3 and w not in STOP_WORDS}
+    if not wanted:
+        return 1.0
+    have = {w[:5] for w in words(code)}
+    return sum(w[:5] in have for w in wanted) / len(wanted)
+
+
 def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
-    forwards = tokens = real = 0
+    forwards = tokens = real = mentions = 0
     seconds = 0.0
     for prompt in prompts:
         began = time.perf_counter()
@@ -57,6 +84,7 @@ def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[s
         forwards += finished.forward
         tokens += finished.tokens
         real += is_real_code(finished.code)
+        mentions += key_word_share(prompt, finished.code) >= 0.5
     return {
         "prompts": len(prompts),
         "forward_passes": forwards,
@@ -65,6 +93,7 @@ def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[s
         "tokens_per_second": tokens / seconds if seconds else 0.0,
         "wall_seconds": seconds,
         "real_code_rate": real / len(prompts),
+        "key_words_rate": mentions / len(prompts),
     }
 
 
@@ -91,13 +120,14 @@ def main() -> None:
     base = results["one-per-pass"]
     threads = torch.get_num_threads()
     print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {threads}")
-    header = ("setting", "passes", "tokens", "TPF", "tok/s", "wall s", "real code", "speed-up")
-    print(f"{header[0]:<15}" + "".join(f"{h:>9}" for h in header[1:]))
+    header = ("setting", "passes", "tokens", "TPF", "tok/s", "wall s", "real code", "key words", "speed-up")
+    print(f"{header[0]:<15}" + "".join(f"{h:>10}" for h in header[1:]))
     for name, r in results.items():
         speedup = r["tokens_per_second"] / base["tokens_per_second"] if base["tokens_per_second"] else 0
         print(
-            f"{name:<15}{r['forward_passes']:>9}{r['tokens']:>9}{r['tokens_per_forward']:>9.2f}"
-            f"{r['tokens_per_second']:>9.1f}{r['wall_seconds']:>9.1f}{r['real_code_rate']:>9.0%}{speedup:>8.2f}x"
+            f"{name:<15}{r['forward_passes']:>10}{r['tokens']:>10}{r['tokens_per_forward']:>10.2f}"
+            f"{r['tokens_per_second']:>10.1f}{r['wall_seconds']:>10.1f}{r['real_code_rate']:>10.0%}"
+            f"{r['key_words_rate']:>10.0%}{speedup:>9.2f}x"
         )
     if args.json:
         report = {"model": model.facts.name, "length": args.length, "threads": threads, "results": results}
