@@ -241,13 +241,20 @@ def remasked_canvas(
     return torch.tensor([*prompt_ids, *answer], dtype=torch.long), regions
 
 
+# Names a span defines (Python, JavaScript, Rust, Go, C-like, ...): a repair keeps them.
+DEFINED = re.compile(r"\b(?:def|class|function|fn|func|struct|interface|enum|trait)\s+([A-Za-z_]\w*)")
+
+
 def deleted(old: str, new: str) -> bool:
-    """Whether a span's new text drops the code it replaces: blank where there was code, or under
-    half its non-blank lines where there were three or more (the model summarising a function
-    into a stub). Such a result can have fewer issues, but it is not a repair.
-    Example: deleted("a = 1\nb = 2\nc = 3\n", "pass") -> True."""
+    """Whether a span's new text drops the code it replaces: blank where there was code, under
+    half its non-blank lines where there were three or more, or without a function or type name
+    the old text defined (the model replacing a function with an unrelated stub). Such a result
+    can have fewer issues, but it is not a repair.
+    Example: deleted("def add(a, b):\n    return a +", "def get(self):\n    return 1") -> True."""
     before, after = (sum(1 for line in text.splitlines() if line.strip()) for text in (old, new))
-    return (before > 0 and after == 0) or (before >= 3 and 2 * after < before)
+    if (before > 0 and after == 0) or (before >= 3 and 2 * after < before):
+        return True
+    return not set(DEFINED.findall(old)) <= set(DEFINED.findall(new))
 
 
 def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:

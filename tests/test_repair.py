@@ -171,6 +171,8 @@ def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
         ("a = 1\nb = 2\nc = 3\nd = 4\ne = 5", "def stub():\n    pass", True),  # five lines summarised into two
         ("a = 1\nb = 2\nc = 3", "a = 1\nc = 3", False),  # two of three kept: still a repair
         ("", "x = 1", False),
+        ("def add(a, b):\n    return a +", "def get(self):\n    return 1", True),  # add is gone: a rewrite
+        ("def add(a, b):\n    return a +", "def add(a, b):\n    return a + b", False),
     ],
 )
 def test_a_result_that_drops_code_is_not_a_repair(old: str, new: str, lost: bool) -> None:
