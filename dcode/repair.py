@@ -30,6 +30,7 @@ from dcode.syntax import (
     find_issues,
     language_of,
     line_span,
+    line_start,
     normalize_language,
 )
 
@@ -165,10 +166,7 @@ def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]
         first, last = whole_lines(data, issue.start_byte, issue.end_byte)
         if first <= hint.start_byte <= last:
             return line_span(data, hint.start_byte)
-    at = 0
-    for _ in range(issue.line - 1):  # the start of the issue's line
-        at = data.find(b"\n", at) + 1
-    return line_span(data, at)
+    return line_span(data, line_start(data, issue.line))
 
 
 def widen(data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None) -> tuple[int, int, str]:

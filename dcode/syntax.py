@@ -232,12 +232,12 @@ def compile_issue(source: str, data: bytes | None = None) -> Issue | None:
     except SyntaxError as exc:
         if exc.lineno is None:  # e.g. "source code string cannot contain null bytes" (3.11)
             return _null_byte_issue(data, type(exc).__name__, str(exc.msg))
-        first = _line_start(data, exc.lineno)
+        first = line_start(data, exc.lineno)
         line_end = line_span(data, first)[1]
         text = data[first:line_end].decode(errors="replace")
         # offset counts characters from 1; it may be None, -1 or just past the line.
         point = first + len(text[: max((exc.offset or 1) - 1, 0)].encode())
-        end = line_span(data, _line_start(data, max(exc.end_lineno or exc.lineno, exc.lineno)))[1]
+        end = line_span(data, line_start(data, max(exc.end_lineno or exc.lineno, exc.lineno)))[1]
         return _issue(data, "error", first, end, point, type(exc).__name__, str(exc.msg))
     except ValueError as exc:  # null bytes on some Python versions
         return _null_byte_issue(data, type(exc).__name__, str(exc))
@@ -253,7 +253,7 @@ def _null_byte_issue(data: bytes, node_type: str, message: str) -> Issue:
     return _issue(data, "error", start, end, start, node_type, message)
 
 
-def _line_start(data: bytes, lineno: int) -> int:
+def line_start(data: bytes, lineno: int) -> int:
     """Byte offset where 1-based line lineno starts (clamped to the last line)."""
     start = 0
     for _ in range(lineno - 1):

@@ -3,8 +3,11 @@ written in the real on-disk format, so tests drive the real sampler and the real
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -104,22 +107,24 @@ class FakeDenoiser:
 # A tiny random-weight Qwen2 checkpoint in the format dcode.models.load() reads.
 
 
+def make_checkpoints() -> ModuleType:
+    """benchmarks/make_checkpoints.py as a module (benchmarks/ is not a package): the tests share its
+    generated Python corpus and tokenizer writer."""
+    name = "dcode_bench_make_checkpoints"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).parents[1] / "benchmarks" / "make_checkpoints.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclass looks the module up while the file runs
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def python_lines(count: int = 300) -> list[str]:
     """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
-    names = ["total", "items", "value", "result", "index", "count", "name", "data", "text", "node"]
-    lines: list[str] = []
-    for i in range(count):
-        a, b = names[i % len(names)], names[(i * 7 + 3) % len(names)]
-        lines += [
-            f"def {a}_{i}({b}, limit={i % 17}):",
-            f'    """Return the {a} of {b}."""',
-            f"    for {a} in range({b} + {i}):",
-            f"        if {a} % {i % 5 + 2} == 0:",
-            f"            {b}.append({a} * {i})",
-            f"    return {{'{a}': {b}, 'n': len({b})}}",
-            "",
-        ]
-    return lines
+    return make_checkpoints().python_lines(count)
 
 
 def write_tiny_checkpoint(folder: Path, *, block: int | None, shifted: bool = True, seed: int = 0) -> None:

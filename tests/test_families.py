@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import python_lines
+from conftest import make_checkpoints, python_lines
 from safetensors.torch import save_file
-from tokenizers import AddedToken
 from typer.testing import CliRunner
 
 from dcode import models
@@ -35,53 +34,16 @@ PAD_VOCAB = 320  # rows of the embedding: more than the tokenizer's ids, as in t
 # ---------------------------------------------------------------------------------------------
 # Tokenizers: a tiny BPE plus each family's special tokens and chat template.
 
-QWEN_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-LLAMA3_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
-    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
-)
-DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|beginoftext|>"]  # <|mask|> comes with dcode's
-LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
-LLADA_SPECIALS += ["<|mdm_mask|>"]
+# The templates and special tokens benchmarks/make_checkpoints.py writes for each family.
+BENCH = make_checkpoints()
+QWEN_TEMPLATE, LLAMA3_TEMPLATE = BENCH.QWEN_TEMPLATE, BENCH.LLAMA3_TEMPLATE
+DREAM_SPECIALS, LLADA_SPECIALS = BENCH.DREAM_SPECIALS, BENCH.LLADA_SPECIALS
 
 
 def write_tokenizer(folder: Path, specials: list[str], settings: dict, files: str) -> dict[str, int]:
     """Train a tiny BPE, add `specials`, write it as tokenizer.json ("json") or as Qwen2's
     vocab.json + merges.txt ("vocab"), with a tokenizer_config.json. Returns token -> id."""
-    from dcode.train.tokenizer import SPECIAL_TOKENS, train_tokenizer
-
-    tokenizer = train_tokenizer(python_lines(), vocab_size=300)
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    ids = {t: tokenizer.token_to_id(t) for t in [*SPECIAL_TOKENS, *specials]}
-    if files == "json":
-        tokenizer.save(str(folder / "tokenizer.json"))
-    else:
-        model = json.loads(tokenizer.to_str())["model"]
-        (folder / "vocab.json").write_text(json.dumps(model["vocab"]))
-        merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
-        (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-    decoder = {
-        str(i): {
-            "content": t,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for t, i in ids.items()
-    }
-    config = {"added_tokens_decoder": decoder, "clean_up_tokenization_spaces": False, **settings}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
-    return ids
+    return BENCH.write_tokenizer(folder, BENCH.train_bpe(BENCH.SIZES["tiny"], specials), settings, files)
 
 
 # ---------------------------------------------------------------------------------------------

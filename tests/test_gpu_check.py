@@ -7,16 +7,15 @@ a typo: one report per family, a summary, and a failing family that does not sto
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import make_checkpoints
 
 from dcode import models
 from dcode.models.checkpoint import read_headers
@@ -34,18 +33,6 @@ FACTS = {
 }
 END_TOKENS = {"qwen2": "<|eos|>", "dream": "<|im_end|>", "llada": "<|eot_id|>", "diffusion_gemma": "<turn|>"}
 MODEL_TYPES = {"qwen2": "qwen2", "dream": "Dream", "llada": "llada", "diffusion_gemma": "diffusion_gemma"}
-
-
-def make_checkpoints() -> ModuleType:
-    """benchmarks/make_checkpoints.py as a module (benchmarks/ is not a package)."""
-    name = "dcode_bench_make_checkpoints"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, MAKE)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclass looks the module up while the file runs
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 @pytest.fixture(scope="module")
