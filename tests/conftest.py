@@ -107,19 +107,21 @@ class FakeDenoiser:
 # A tiny random-weight Qwen2 checkpoint in the format dcode.models.load() reads.
 
 
-def make_checkpoints() -> ModuleType:
-    """benchmarks/make_checkpoints.py as a module (benchmarks/ is not a package): the tests share its
-    generated Python corpus and tokenizer writer."""
-    name = "dcode_bench_make_checkpoints"
+def benchmark_module(filename: str) -> ModuleType:
+    """A script of benchmarks/ as a module (benchmarks/ is not a package), loaded once."""
+    name = "dcode_bench_" + Path(filename).stem
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).parents[1] / "benchmarks" / "make_checkpoints.py"
-        )
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / filename)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # its dataclass looks the module up while the file runs
+        sys.modules[name] = module  # a dataclass looks its module up while the file runs
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def make_checkpoints() -> ModuleType:
+    """benchmarks/make_checkpoints.py: the tests share its generated Python corpus and tokenizer writer."""
+    return benchmark_module("make_checkpoints.py")
 
 
 def python_lines(count: int = 300) -> list[str]:

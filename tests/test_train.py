@@ -16,6 +16,7 @@ import math
 import os
 import textwrap
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -737,3 +738,43 @@ def test_exported_model_gives_the_block_causal_logits_of_the_ema_weights(data_fo
         hidden = block_causal_hidden(trainer.model, ids, CONFIG.block)
         expected = trainer.model.lm_head(hidden)
     torch.testing.assert_close(loaded(ids), expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# benchmarks/training_recipes.py: the same CPU budget spent three ways, on the tiny data folder
+
+
+def test_training_recipes_spend_the_budget_switch_phases_resume_and_score(data_folder: Path, tmp_path: Path) -> None:
+    from conftest import benchmark_module
+
+    recipes = benchmark_module("training_recipes.py")
+    config = replace(CONFIG, ar_tokens=0, warmup=1)  # the script sets ar_tokens per recipe
+    args = ["--cpu-minutes", "0.004", "--data", str(data_folder), "--runs", str(tmp_path / "runs")]
+    args += ["--limit", "2", "--length", "16", "--no-shipped", "--json", str(tmp_path / "out.json")]
+    report = recipes.main(args, config)
+
+    assert list(report) == ["autoregressive", "block-diffusion", "ar-then-bd"]
+    for name, row in report.items():
+        assert row["cpu_seconds"] >= 0.24, name  # trained up to the budget (the last step may overrun it)
+        assert math.isfinite(row["valid_ar"]) and math.isfinite(row["valid_bd"]), name
+        for decoding in row["decoding"].values():
+            assert decoding["prompts"] == 2 and 0 <= decoding["real_code_rate"] <= 1
+            assert decoding["forward_passes"] >= 1
+    # where each recipe's tokens went: all AR, all BD, AR first then BD
+    assert report["autoregressive"]["ar_tokens"] == report["autoregressive"]["tokens_seen"]
+    assert report["block-diffusion"]["ar_tokens"] == 0
+    assert 0 < report["ar-then-bd"]["ar_tokens"] < report["ar-then-bd"]["tokens_seen"]
+    # the AR model decodes token by token; the diffusion ones one per pass and at threshold 0.9
+    assert set(report["autoregressive"]["decoding"]) == {"greedy"}
+    assert report["autoregressive"]["decoding"]["greedy"]["tokens_per_forward"] <= 1
+    assert set(report["block-diffusion"]["decoding"]) == {"one-per-pass", "threshold-0.9"}
+    assert json.loads((tmp_path / "out.json").read_text())["recipes"]["ar-then-bd"]["steps"] >= 2
+
+    # the same command again resumes each run at its budget: no further steps, same phase switch
+    again = recipes.main(args, config)
+    for name in report:
+        assert again[name]["steps"] == report[name]["steps"], name
+        assert again[name]["ar_tokens"] == report[name]["ar_tokens"], name
+    # a larger budget continues from there
+    longer = recipes.main(["--cpu-minutes", "0.008", "--recipes", "block-diffusion", *args[2:]], config)
+    assert longer["block-diffusion"]["steps"] > report["block-diffusion"]["steps"]

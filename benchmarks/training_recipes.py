@@ -1,0 +1,230 @@
+"""Three ways to spend the same CPU time on a model of dcode-tiny's size and data, from scratch:
+
+    python benchmarks/training_recipes.py --cpu-minutes 12 --threads 1
+    python benchmarks/training_recipes.py --cpu-minutes 12 --threads 1 --json docs/benchmarks/recipes.json
+
+    autoregressive   next-token loss only, decoded token by token (greedy, transformers' generate
+                     with its key/value cache): the quality yardstick of the issue, not a feature
+    block-diffusion  the block-diffusion loss from the first step (BD3-LM from scratch)
+    ar-then-bd       dcode-tiny's recipe: autoregressive for --ar-share of the time, then block diffusion
+
+The budget is CPU seconds spent in training steps (time.process_time), so a recipe that shares the
+machine with other work still gets the same compute. Each recipe trains in --runs/<name> with the
+Trainer's own checkpoint and resumes there: rerun the same command and it continues up to the
+budget (a finished one only evaluates). Then every model answers the python prompts of
+benchmarks/prompts.jsonl on a 256-token canvas with repair off: the diffusion models one token per
+pass and at threshold 0.9, the autoregressive one greedily. Reported: validation losses (live
+weights), real-code rate (>= 2 non-blank lines that compile()), key-word rate and tokens per
+forward pass, as in benchmarks/sampling.py. The shipped dcode-tiny is the last row, for reference
+(it trained far longer; its tokens seen are in the row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
+
+from sampling import PROMPTS, is_real_code, key_word_share  # noqa: E402
+from sampling import run as run_diffusion  # noqa: E402
+
+from dcode import pipeline  # noqa: E402
+from dcode.config import SamplerConfig  # noqa: E402
+from dcode.models import EMBEDDED, load  # noqa: E402
+from dcode.train.train import TrainConfig, Trainer  # noqa: E402
+
+# Share of the budget dcode-tiny's recipe spends on autoregressive pretraining (its run: 6.5M of
+# the first ~9M tokens were autoregressive, and an AR step costs about half a BD step per token).
+AR_SHARE = 0.7
+RECIPES = {"autoregressive": 1.0, "block-diffusion": 0.0, "ar-then-bd": AR_SHARE}
+DIFFUSION_SETTINGS = {
+    "one-per-pass": SamplerConfig(rule="schedule"),
+    "threshold-0.9": SamplerConfig(rule="threshold", threshold=0.9),
+}
+# dcode-tiny's model and data settings, with a warm-up that fits a budget of minutes (dcode-tiny's
+# 200 steps would last longer than the whole run). The live weights are scored and exported: an
+# average over 500 steps (dcode-tiny's EMA) would still be mostly the random start.
+RECIPE_CONFIG = TrainConfig(warmup=20)
+NEVER = 2**62  # an ar_tokens count no run reaches: autoregressive to the end
+
+
+def train(
+    data: Path, run: Path, budget: float, ar_share: float, config: TrainConfig, save_every: float = 300
+) -> Trainer:
+    """Train (or resume) one recipe until `budget` CPU seconds of steps; the switch to block
+    diffusion happens at the first step after ar_share * budget. Returns the trainer."""
+    run.mkdir(parents=True, exist_ok=True)
+    ledger = run / "recipe.json"  # CPU seconds spent and where the phase switched, beside the checkpoint
+    spent: dict[str, float | None] = {"cpu_seconds": 0.0, "ar_tokens": None}
+    if ledger.exists() and (run / "checkpoint.pt").exists():
+        spent = json.loads(ledger.read_text())
+    switch = spent["ar_tokens"]
+    trainer = Trainer(data, run, replace(config, ar_tokens=int(switch) if switch is not None else NEVER))
+    if ar_share == 0:
+        trainer.cfg = replace(trainer.cfg, ar_tokens=0)
+    cpu = float(spent["cpu_seconds"] or 0.0)
+
+    def save() -> None:
+        trainer.save()
+        ledger.write_text(json.dumps({"cpu_seconds": cpu, "ar_tokens": spent["ar_tokens"]}) + "\n")
+
+    trainer.model.train()
+    saved = time.monotonic()
+    while cpu < budget:
+        if trainer.phase == "ar" and 0 < ar_share < 1 and cpu >= ar_share * budget:
+            spent["ar_tokens"] = trainer.tokens
+            trainer.cfg = replace(trainer.cfg, ar_tokens=trainer.tokens)
+        began = time.process_time()
+        trainer.one_step()
+        cpu += time.process_time() - began
+        if time.monotonic() - saved > save_every:
+            save()
+            saved = time.monotonic()
+    save()
+    return trainer
+
+
+@torch.inference_mode()
+def run_autoregressive(folder: Path, prompts: list[str], length: int) -> dict[str, float]:
+    """Greedy token-by-token answers of the exported model under a causal mask (transformers'
+    generate, key/value cache): the same prompts, prompt template and measures as sampling.run."""
+    model = load(str(folder))
+    network = model.model  # the Qwen2ForCausalLM; generate() gives it its usual causal mask
+    eos = sorted(model.facts.eos_ids)
+    forwards = tokens = real = mentions = 0
+    seconds = 0.0
+    for prompt in prompts:
+        ids = torch.tensor([pipeline.prompt_ids(model, prompt, "python")])
+        began = time.perf_counter()
+        out = network.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=length,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=model.facts.pad_id,
+        )[0, ids.shape[1] :].tolist()
+        seconds += time.perf_counter() - began
+        answer = out[: next((i for i, t in enumerate(out) if t in model.facts.eos_ids), len(out))]
+        code = pipeline.decode(model, [t for t in answer if t not in (model.facts.pad_id, model.facts.mask_id)])
+        forwards += len(out)  # one call per new token (the first one is the prefill)
+        tokens += len(answer)
+        real += is_real_code(code)
+        mentions += key_word_share(prompt, code) >= 0.5
+    return {
+        "prompts": len(prompts),
+        "forward_passes": forwards,
+        "tokens": tokens,
+        "tokens_per_forward": tokens / max(1, forwards),
+        "tokens_per_second": tokens / seconds if seconds else 0.0,
+        "wall_seconds": seconds,
+        "real_code_rate": real / len(prompts),
+        "key_words_rate": mentions / len(prompts),
+    }
+
+
+def evaluate(folder: Path, autoregressive: bool, prompts: list[str], length: int) -> dict[str, dict[str, float]]:
+    if autoregressive:
+        return {"greedy": run_autoregressive(folder, prompts, length)}
+    model = load(str(folder))
+    return {name: run_diffusion(model, prompts, length, config) for name, config in DIFFUSION_SETTINGS.items()}
+
+
+def table(report: dict[str, dict]) -> str:
+    header = (
+        "recipe",
+        "decoding",
+        "cpu min",
+        "tokens",
+        "valid AR",
+        "valid BD",
+        "passes",
+        "TPF",
+        "real code",
+        "key words",
+    )
+    lines = [f"{header[0]:<20}{header[1]:<15}" + "".join(f"{h:>10}" for h in header[2:])]
+    for name, row in report.items():
+        for decoding, r in row["decoding"].items():
+            cpu, ar, bd = (
+                "-" if row[key] is None else f"{row[key] / scale:.{digits}f}"
+                for key, scale, digits in (("cpu_seconds", 60, 1), ("valid_ar", 1, 3), ("valid_bd", 1, 3))
+            )
+            lines.append(
+                f"{name:<20}{decoding:<15}{cpu:>10}{row['tokens_seen'] / 1e6:>9.2f}M"
+                f"{ar:>10}{bd:>10}{r['forward_passes']:>10}"
+                f"{r['tokens_per_forward']:>10.2f}{r['real_code_rate']:>10.0%}{r['key_words_rate']:>10.0%}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, config: TrainConfig | None = None) -> dict[str, dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-minutes", type=float, default=12.0, help="training budget of each recipe")
+    parser.add_argument("--ar-share", type=float, default=AR_SHARE, help="ar-then-bd: share of the budget spent AR")
+    parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated subset")
+    parser.add_argument("--data", type=Path, default=Path(".train/data"))
+    parser.add_argument("--runs", type=Path, default=Path(".train/recipes"))
+    parser.add_argument("--length", type=int, default=256)
+    parser.add_argument("--limit", type=int, default=0, help="first N prompts only")
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--no-shipped", action="store_true", help="leave out the shipped dcode-tiny row")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    chosen = [r.strip() for r in args.recipes.split(",") if r.strip()]
+    unknown = [r for r in chosen if r not in RECIPES]
+    if unknown:
+        parser.error(f"unknown recipe {unknown[0]!r} (choose from {', '.join(RECIPES)})")
+    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+    prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.limit or None]
+    config = config or RECIPE_CONFIG
+    budget = args.cpu_minutes * 60
+
+    report: dict[str, dict] = {}
+    for name in chosen:
+        share = args.ar_share if name == "ar-then-bd" else RECIPES[name]
+        trainer = train(args.data, args.runs / name, budget, share, config)
+        folder = args.runs / name / "model"
+        trainer.export(folder, ema=False)
+        ledger = json.loads((args.runs / name / "recipe.json").read_text())
+        report[name] = {
+            "cpu_seconds": ledger["cpu_seconds"],
+            "ar_tokens": trainer.tokens if name == "autoregressive" else (ledger["ar_tokens"] or 0),
+            "tokens_seen": trainer.tokens,
+            "steps": trainer.step,
+            **trainer.validate(ema=False),
+            "decoding": evaluate(folder, name == "autoregressive", prompts, args.length),
+        }
+        print(table({name: report[name]}).splitlines()[-1], flush=True)
+    if not args.no_shipped:
+        shipped = load(None)
+        training = json.loads((EMBEDDED / "config.json").read_text())["dcode_training"]
+        report["dcode-tiny shipped"] = {
+            "cpu_seconds": None,
+            "tokens_seen": int(training["tokens_seen"]),
+            "valid_ar": None,
+            "valid_bd": None,
+            "decoding": {n: run_diffusion(shipped, prompts, args.length, c) for n, c in DIFFUSION_SETTINGS.items()},
+        }
+    threads = torch.get_num_threads()
+    print(
+        f"\n{len(prompts)} python prompts, canvas {args.length}, threads {threads}, budget {args.cpu_minutes} CPU min"
+    )
+    print(table(report))
+    if args.json:
+        out = {"prompts": len(prompts), "length": args.length, "threads": threads, "cpu_minutes": args.cpu_minutes}
+        args.json.write_text(json.dumps({**out, "recipes": report}, indent=2) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
