@@ -85,15 +85,20 @@ def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[s
         tokens += finished.tokens
         real += is_real_code(finished.code)
         mentions += key_word_share(prompt, finished.code) >= 0.5
+    return summary(len(prompts), forwards, tokens, seconds, real, mentions)
+
+
+def summary(prompts: int, forwards: int, tokens: int, seconds: float, real: int, mentions: int) -> dict[str, float]:
+    """The row every setting reports: totals over the prompts, rates per prompt."""
     return {
-        "prompts": len(prompts),
+        "prompts": prompts,
         "forward_passes": forwards,
         "tokens": tokens,
         "tokens_per_forward": tokens / max(1, forwards),
         "tokens_per_second": tokens / seconds if seconds else 0.0,
         "wall_seconds": seconds,
-        "real_code_rate": real / len(prompts),
-        "key_words_rate": mentions / len(prompts),
+        "real_code_rate": real / prompts,
+        "key_words_rate": mentions / prompts,
     }
 
 

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
 
-from sampling import PROMPTS, is_real_code, key_word_share  # noqa: E402
+from sampling import PROMPTS, is_real_code, key_word_share, summary  # noqa: E402
 from sampling import run as run_diffusion  # noqa: E402
 
 from dcode import pipeline  # noqa: E402
@@ -118,16 +118,7 @@ def run_autoregressive(folder: Path, prompts: list[str], length: int) -> dict[st
         tokens += len(answer)
         real += is_real_code(code)
         mentions += key_word_share(prompt, code) >= 0.5
-    return {
-        "prompts": len(prompts),
-        "forward_passes": forwards,
-        "tokens": tokens,
-        "tokens_per_forward": tokens / max(1, forwards),
-        "tokens_per_second": tokens / seconds if seconds else 0.0,
-        "wall_seconds": seconds,
-        "real_code_rate": real / len(prompts),
-        "key_words_rate": mentions / len(prompts),
-    }
+    return summary(len(prompts), forwards, tokens, seconds, real, mentions)
 
 
 def evaluate(folder: Path, autoregressive: bool, prompts: list[str], length: int) -> dict[str, dict[str, float]]:

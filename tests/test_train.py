@@ -14,7 +14,10 @@ import email.message
 import json
 import math
 import os
+import signal
 import textwrap
+import threading
+import time
 import types
 from dataclasses import replace
 from pathlib import Path
@@ -778,3 +781,24 @@ def test_training_recipes_spend_the_budget_switch_phases_resume_and_score(data_f
     # a larger budget continues from there
     longer = recipes.main(["--cpu-minutes", "0.008", "--recipes", "block-diffusion", *args[2:]], config)
     assert longer["block-diffusion"]["steps"] > report["block-diffusion"]["steps"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_fit_stops_on_a_signal_after_the_step_in_progress_and_saves(
+    data_folder: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """`kill PID`, or SIGINT even where the shell started the job with SIGINT ignored, ends fit early
+    with a checkpoint of every finished step; fit's handlers are removed afterwards."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as bash leaves a background job
+    try:
+        trainer = Trainer(data_folder, tmp_path / "run", CONFIG)
+        threading.Timer(0.5, os.kill, (os.getpid(), sig)).start()
+        began = time.monotonic()
+        trainer.fit(minutes=2)
+        assert time.monotonic() - began < 60
+        assert trainer.step > 0
+        assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["step"] == trainer.step
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -232,14 +234,24 @@ class Trainer:
 
     def fit(self, minutes: float) -> None:
         """Train for `minutes` of wall time, validating and checkpointing every eval_every steps,
-        checkpointing at least every SAVE_EVERY seconds, and on Ctrl-C / SIGINT before leaving."""
+        checkpointing at least every SAVE_EVERY seconds, and before leaving early on SIGINT or
+        SIGTERM (`kill PID`) after the step in progress. A shell starts a background job with
+        SIGINT ignored; fit listens to it anyway."""
         self.run.mkdir(parents=True, exist_ok=True)
         self.model.train()
         deadline = time.monotonic() + minutes * 60
         saved = time.monotonic()
         losses: list[float] = []
+        stop: list[int] = []  # the signal that asked to stop
+
+        def request_stop(signum: int, frame: object) -> None:
+            stop.append(signum)
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not stop:
                 began = time.monotonic()
                 losses.append(self.one_step())
                 self.seconds += time.monotonic() - began
@@ -257,8 +269,9 @@ class Trainer:
                 if self.step % self.cfg.eval_every == 0 or time.monotonic() - saved > SAVE_EVERY:
                     self.save()
                     saved = time.monotonic()
-        except KeyboardInterrupt:
-            pass  # stop where we are; the checkpoint below keeps every finished step
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self.save()
 
     def export(self, folder: Path, ema: bool = True) -> None:
