@@ -14,6 +14,7 @@ import email.message
 import json
 import math
 import os
+import shutil
 import signal
 import textwrap
 import threading
@@ -802,3 +803,98 @@ def test_fit_stops_on_a_signal_after_the_step_in_progress_and_saves(
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training on a lent GPU: compact data, a run started from an export, benchmarks/gpu_train.sh
+
+
+def test_pack_writes_a_compact_copy_that_loads_the_same(data_folder: Path, tmp_path: Path) -> None:
+    from dcode.train.data import pack
+
+    pack(data_folder, tmp_path / "gpu")
+    for split in ("train", "valid"):
+        before, after = Examples.load(data_folder / f"{split}.npz"), Examples.load(tmp_path / "gpu" / f"{split}.npz")
+        for field in Examples.__dataclass_fields__:
+            assert np.array_equal(getattr(before, field), getattr(after, field)), field
+            assert getattr(after, field).dtype == getattr(before, field).dtype
+        with np.load(tmp_path / "gpu" / f"{split}.npz") as raw:
+            assert raw["code_tokens"].dtype == np.uint16
+    assert (tmp_path / "gpu" / "tokenizer" / "tokenizer.json").read_bytes() == (
+        data_folder / "tokenizer" / "tokenizer.json"
+    ).read_bytes()
+    too_large = Examples(np.array([70000], np.int32), np.array([0, 1]), np.array([1], np.int32), np.array([0, 1]))
+    with pytest.raises(ValueError, match="above 65535"):
+        too_large.save(tmp_path / "big.npz", compact=True)
+
+
+def test_a_run_started_from_an_export_continues_its_weights_and_counters(data_folder: Path, tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    first = Trainer(data_folder, tmp_path / "first", CONFIG)
+    for _ in range(3):
+        first.one_step()
+    first.export(tmp_path / "export", dtype=torch.float16)
+    with safe_open(str(tmp_path / "export" / "model.safetensors"), "pt") as f:
+        names = f.keys()
+        assert {f.get_tensor(name).dtype for name in names} == {torch.float16}
+
+    # a different architecture in the TrainConfig: the export's own config.json wins
+    other = replace(CONFIG, hidden=16, ffn=32, heads=2)
+    second = Trainer(data_folder, tmp_path / "second", other, init=tmp_path / "export")
+    assert (second.step, second.tokens, second.warm_from) == (first.step, first.tokens, first.step)
+    assert second.model.config.hidden_size == CONFIG.hidden
+    for key, value in first.ema.items():
+        torch.testing.assert_close(second.model.state_dict()[key], value.half().float(), rtol=0, atol=0)
+        assert torch.equal(second.ema[key], second.model.state_dict()[key])
+    assert second.phase == "bd" and second.learning_rate() == pytest.approx(CONFIG.bd_lr / CONFIG.warmup)  # warm-up
+    second.one_step()
+    second.save()
+
+    # resuming needs no init and keeps the architecture and the warm-up origin
+    resumed = Trainer(data_folder, tmp_path / "second", other)
+    assert (resumed.step, resumed.warm_from, resumed.model.config.hidden_size) == (second.step, first.step, 32)
+    assert resumed.one_step() == second.one_step()
+
+    with pytest.raises(ValueError, match="do not fit"):
+        Trainer(data_folder, tmp_path / "third", CONFIG, init=tmp_path / "export").start_from(
+            write_mismatched_export(tmp_path / "export", tmp_path / "bad")
+        )
+
+
+def write_mismatched_export(good: Path, bad: Path) -> Path:
+    """A copy of an export whose config.json is fine but whose weights lack a layer."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(good, bad)
+    weights = load_file(str(bad / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if ".layers.1." not in k}, str(bad / "model.safetensors"))
+    return bad
+
+
+def test_gpu_train_script_runs_end_to_end_on_the_cpu(data_folder: Path, tmp_path: Path) -> None:
+    """benchmarks/gpu_train.sh with every setting pointed at tiny parts and the CPU: it trains from
+    the export, then writes a float16 model folder that dcode.models loads, the log and fit's output."""
+    import subprocess
+    import sys
+
+    from dcode import models
+
+    start = Trainer(data_folder, tmp_path / "start", CONFIG)
+    start.one_step()
+    start.export(tmp_path / "init")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, OUT=str(out), DATA=str(data_folder), INIT=str(tmp_path / "init"), DEVICE="cpu")
+    env.update(BATCH="2", CANVASES="32", MINUTES="0.03", RUN=str(tmp_path / "run"), PYTHON=sys.executable)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_train.sh"], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["dcode-tiny", "fit.log", "log.jsonl"]
+    loaded = models.load(str(out / "dcode-tiny"))
+    assert loaded.facts.block == CONFIG.block
+    trained = json.loads((out / "dcode-tiny" / "config.json").read_text())["dcode_training"]
+    assert trained["steps"] > start.step and trained["tokens_seen"] > start.tokens
+    assert "validation BD loss" in (out / "fit.log").read_text()

@@ -3,6 +3,7 @@
 python -m dcode.train data                 # corpus -> .train/data (tokenizer + arrays)
 python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
 python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
+python -m dcode.train pack --out .train/gpu # the data, compact, for a GPU machine (benchmarks/gpu_train.sh)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dcode.models import EMBEDDED
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m dcode.train")
-    parser.add_argument("command", choices=["data", "fit", "export"])
+    parser.add_argument("command", choices=["data", "fit", "export", "pack"])
     parser.add_argument("--data", type=Path, default=Path(".train/data"))
     parser.add_argument("--run", type=Path, default=Path(".train/run"))
     parser.add_argument("--out", type=Path, default=EMBEDDED)
@@ -23,6 +24,11 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--ar-tokens", type=int, default=None, help="switch to block diffusion after this many tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    parser.add_argument("--device", default="cpu", help="where to train: cpu, cuda, cuda:1, ...")
+    parser.add_argument("--init", type=Path, default=None, help="a model folder to start a new run from")
+    parser.add_argument("--batch", type=int, default=None, help="rows of `context` tokens per step")
+    parser.add_argument("--canvases", default=None, help="BD answer lengths, e.g. 64,128,256,512")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32", help="export")
     parser.add_argument(
         "--weights",
         choices=["ema", "live", "best"],
@@ -40,6 +46,13 @@ def main() -> None:
 
         build(args.data, args.vocab)
         return
+    if args.command == "pack":
+        if args.out == EMBEDDED:
+            parser.error("pack needs --out FOLDER (where the compact data goes)")
+        from dcode.train.data import pack
+
+        pack(args.data, args.out)
+        return
     from dataclasses import replace
 
     from dcode.train.train import TrainConfig, Trainer
@@ -47,7 +60,11 @@ def main() -> None:
     config = TrainConfig()
     if args.ar_tokens is not None:
         config = replace(config, ar_tokens=args.ar_tokens)
-    trainer = Trainer(args.data, args.run, config)
+    if args.batch is not None:
+        config = replace(config, batch=args.batch)
+    if args.canvases is not None:
+        config = replace(config, canvases=tuple(int(c) for c in args.canvases.split(",")))
+    trainer = Trainer(args.data, args.run, config, device=args.device, init=args.init)
     if args.command == "fit":
         trainer.fit(args.minutes)
     else:
@@ -56,7 +73,7 @@ def main() -> None:
             losses = {kind: trainer.validate(ema=kind == "ema")["valid_bd"] for kind in ("ema", "live")}
             print(f"validation BD loss: EMA {losses['ema']:.4f}, live {losses['live']:.4f}")
             ema = losses["ema"] <= losses["live"]
-        trainer.export(args.out, ema=ema)
+        trainer.export(args.out, ema=ema, dtype=getattr(torch, args.dtype))
 
 
 if __name__ == "__main__":

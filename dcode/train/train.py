@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -120,8 +120,8 @@ def bd_loss(
     rows, length = ids.shape
     noisy = torch.where(masked, mask_id, ids)
     x = torch.cat([noisy, ids], dim=1)  # (B, 2T)
-    positions = torch.arange(length).repeat(2)[None].expand(rows, -1)  # (B, 2T)
-    attention = two_copy_mask(length, block).expand(rows, -1, -1, -1)
+    positions = torch.arange(length, device=ids.device).repeat(2)[None].expand(rows, -1)  # (B, 2T)
+    attention = two_copy_mask(length, block).to(ids.device).expand(rows, -1, -1, -1)
     hidden = model.model(input_ids=x, attention_mask=attention, position_ids=positions)
     hidden = hidden.last_hidden_state  # (B, 2T, D)
     row, col = masked.nonzero(as_tuple=True)  # targets at (row, col), col >= 1
@@ -133,32 +133,64 @@ def bd_loss(
 
 
 class Trainer:
-    """Resumable training state in `run/` (checkpoint.pt, log.jsonl)."""
+    """Resumable training state in `run/` (checkpoint.pt, log.jsonl).
 
-    def __init__(self, data: Path, run: Path, cfg: TrainConfig) -> None:
+    `init`: a model folder (an export) to start from when `run` holds no checkpoint yet: its
+    architecture, weights (as both the live and the EMA weights) and training counters, with a
+    fresh optimizer and a new warm-up. `device`: where to train; on CUDA the forward runs in
+    bfloat16 autocast (weights, optimizer and EMA stay float32).
+    """
+
+    def __init__(
+        self, data: Path, run: Path, cfg: TrainConfig, device: str | torch.device = "cpu", init: Path | None = None
+    ) -> None:
         self.run, self.data, self.cfg = run, data, cfg
+        self.device = torch.device(device)
         self.tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
         self.ids = {t: special_id(self.tokenizer, t) for t in (PAD, EOS, MASK)}
         self.train = Batcher(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
         self.valid = Examples.load(data / "valid.npz")
         torch.manual_seed(cfg.seed)
-        self.model = Qwen2ForCausalLM(model_config(cfg, self.tokenizer.get_vocab_size(), self.ids)).float()
+        checkpoint = run / "checkpoint.pt"
+        state = torch.load(checkpoint, weights_only=False, map_location=self.device) if checkpoint.exists() else None
+        if state is not None and "model_config" in state:
+            architecture = Qwen2Config.from_dict(state["model_config"])
+        elif state is None and init is not None:
+            architecture = Qwen2Config.from_dict(json.loads((init / "config.json").read_text()))
+        else:
+            architecture = model_config(cfg, self.tokenizer.get_vocab_size(), self.ids)
+        self.model = Qwen2ForCausalLM(architecture).float().to(self.device)
         self.model.config._attn_implementation = "sdpa"
+        self.step, self.tokens, self.seconds = 0, 0, 0.0
+        self.warm_from = 0  # the step the learning-rate warm-up counts from
+        if state is None and init is not None:
+            self.start_from(init)
         self.ema = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay
         )
-        self.step, self.tokens, self.seconds = 0, 0, 0.0
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        checkpoint = run / "checkpoint.pt"
-        if checkpoint.exists():
-            state = torch.load(checkpoint, weights_only=False)
+        if state is not None:
             self.model.load_state_dict(state["model"])
             self.ema = state["ema"]
             self.opt.load_state_dict(state["opt"])
             self.step, self.tokens, self.seconds = state["step"], state["tokens"], state["seconds"]
-            self.gen.set_state(state["gen"])
+            self.warm_from = state.get("warm_from", 0)
+            self.gen.set_state(state["gen"].cpu())
             self.train.rng.bit_generator.state = state["rng"]
+
+    def start_from(self, folder: Path) -> None:
+        """Weights and counters of an exported model folder (lm_head is tied to the embedding)."""
+        weights = load_file(str(folder / "model.safetensors"), device=str(self.device))
+        missing, unexpected = self.model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise ValueError(f"{folder}: weights do not fit the model (missing {missing}, unexpected {unexpected})")
+        counters = json.loads((folder / "config.json").read_text()).get("dcode_training", {})
+        self.step, self.tokens = int(counters.get("steps", 0)), int(counters.get("tokens_seen", 0))
+        self.warm_from = self.step
+
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda")
 
     @property
     def phase(self) -> str:
@@ -166,22 +198,24 @@ class Trainer:
 
     def learning_rate(self) -> float:
         peak = self.cfg.lr if self.phase == "ar" else self.cfg.bd_lr
-        return peak * min(1.0, (self.step + 1) / self.cfg.warmup)
+        return peak * min(1.0, (self.step - self.warm_from + 1) / self.cfg.warmup)
 
     def one_step(self) -> float:
         cfg = self.cfg
         for group in self.opt.param_groups:
             group["lr"] = self.learning_rate()
         if self.phase == "ar":
-            ids = self.train.packed(cfg.batch, cfg.context)
-            loss = ar_loss(self.model, ids)
+            ids = self.train.packed(cfg.batch, cfg.context).to(self.device)
+            with self.autocast():
+                loss = ar_loss(self.model, ids)
         else:
             canvas = cfg.canvases[self.step % len(cfg.canvases)]
             # Same token budget per step: short canvases get proportionally more rows.
             rows = max(1, cfg.batch * cfg.context // (canvas + 32))
             ids, answer = self.train.canvases(rows, canvas)
             masked = noise(ids, answer, cfg.block, cfg.t_min, self.gen)
-            loss = bd_loss(self.model, ids, masked, self.ids[MASK], cfg.block)
+            with self.autocast():
+                loss = bd_loss(self.model, ids.to(self.device), masked.to(self.device), self.ids[MASK], cfg.block)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -203,10 +237,12 @@ class Trainer:
         gen = torch.Generator().manual_seed(1234)
         ar, bd = [], []
         for _ in range(rows // 16):
-            ar.append(float(ar_loss(self.model, batcher.packed(16, self.cfg.context))))
+            packed = batcher.packed(16, self.cfg.context).to(self.device)
             ids, answer = batcher.canvases(16, 128)
-            masked = noise(ids, answer, self.cfg.block, self.cfg.t_min, gen)
-            bd.append(float(bd_loss(self.model, ids, masked, self.ids[MASK], self.cfg.block)))
+            masked = noise(ids, answer, self.cfg.block, self.cfg.t_min, gen).to(self.device)
+            with self.autocast():
+                ar.append(float(ar_loss(self.model, packed)))
+                bd.append(float(bd_loss(self.model, ids.to(self.device), masked, self.ids[MASK], self.cfg.block)))
         self.model.load_state_dict(live)
         self.model.train()
         return {"valid_ar": sum(ar) / len(ar), "valid_bd": sum(bd) / len(bd)}
@@ -223,6 +259,8 @@ class Trainer:
             "gen": self.gen.get_state(),
             "rng": self.train.rng.bit_generator.state,
             "config": asdict(self.cfg),
+            "model_config": self.model.config.to_dict(),
+            "warm_from": self.warm_from,
         }
         torch.save(state, self.run / "checkpoint.tmp")
         (self.run / "checkpoint.tmp").replace(self.run / "checkpoint.pt")
@@ -256,15 +294,7 @@ class Trainer:
                 losses.append(self.one_step())
                 self.seconds += time.monotonic() - began
                 if self.step % self.cfg.eval_every == 0:
-                    record = {
-                        "step": self.step,
-                        "tokens": self.tokens,
-                        "phase": self.phase,
-                        "train_loss": sum(losses) / len(losses),
-                        "seconds": round(self.seconds),
-                        **self.validate(),
-                    }
-                    self.log(record)
+                    self.log_progress(losses)
                     losses = []
                 if self.step % self.cfg.eval_every == 0 or time.monotonic() - saved > SAVE_EVERY:
                     self.save()
@@ -272,14 +302,29 @@ class Trainer:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        if losses:  # steps since the last record: the log ends where training ended
+            self.log_progress(losses)
         self.save()
 
-    def export(self, folder: Path, ema: bool = True) -> None:
-        """Write the EMA (or the live) weights as a loadable model folder (config, safetensors, tokenizer)."""
+    def log_progress(self, losses: list[float]) -> None:
+        """A log record: counters, the mean training loss since the last one, validation losses."""
+        record = {
+            "step": self.step,
+            "tokens": self.tokens,
+            "phase": self.phase,
+            "train_loss": sum(losses) / len(losses),
+            "seconds": round(self.seconds),
+            **self.validate(),
+        }
+        self.log(record)
+
+    def export(self, folder: Path, ema: bool = True, dtype: torch.dtype = torch.float32) -> None:
+        """Write the EMA (or the live) weights as a loadable model folder (config, safetensors,
+        tokenizer), in `dtype` (float16 halves the file: a GPU machine sends back at most 16 MB a file)."""
         folder.mkdir(parents=True, exist_ok=True)
         weights = self.ema if ema else self.model.state_dict()
         tensors = {
-            k: v.detach().clone().contiguous()
+            k: v.detach().to("cpu", dtype).contiguous()
             for k, v in weights.items()
             if k != "lm_head.weight"  # tied to the embedding
         }
