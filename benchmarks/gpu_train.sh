@@ -24,6 +24,7 @@ MINUTES=${MINUTES:-7}
 RUN=${RUN:-/tmp/dcode-gpu-run}
 PYTHON=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+mkdir -p "$OUT"
 
 if [ "$DEVICE" != cpu ]; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true; fi
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
