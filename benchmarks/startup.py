@@ -1,0 +1,63 @@
+"""Wall time of a short `dcode new` from a cold process, and what the imports alone cost.
+
+    python benchmarks/startup.py              # 3 repeats of each, medians
+    python benchmarks/startup.py --repeats 5 --json startup.json
+
+The dcode-tiny issue's target is <= 3 s for a short request (128-token canvas) on 2 cores, model
+load included. Each row is a fresh process, as a user's shell starts it; the rows before the
+`dcode new` ones are the floor under it: the interpreter, torch, and transformers' Qwen2 module
+(which dcode loads every Qwen2-layer model with, dcode-tiny included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REQUEST = "a function that merges two sorted lists"
+ROWS = {
+    "python -c pass": [sys.executable, "-c", "pass"],
+    "import torch": [sys.executable, "-c", "import torch"],
+    "import torch + transformers Qwen2": [
+        sys.executable,
+        "-c",
+        "import torch; from transformers.models.qwen2 import modeling_qwen2",
+    ],
+    "dcode new --length 128 --no-repair": ["dcode", "new", REQUEST, "--length", "128", "--no-repair", "-q"],
+    "dcode new --length 128 (repair on)": ["dcode", "new", REQUEST, "--length", "128", "-q"],
+}
+
+
+def wall(command: list[str]) -> float:
+    began = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ, check=False)
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    dcode = shutil.which("dcode", path=str(Path(sys.executable).parent)) or shutil.which("dcode")
+    if dcode is None:
+        parser.error("the dcode command is not installed in this environment")
+    results = {}
+    for name, command in ROWS.items():
+        command = [dcode, *command[1:]] if command[0] == "dcode" else command
+        times = [wall(command) for _ in range(args.repeats)]
+        results[name] = {"median_s": statistics.median(times), "runs_s": times}
+        print(f"{name:<38}{statistics.median(times):>8.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times)})")
+    if args.json:
+        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "rows": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
