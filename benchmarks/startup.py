@@ -37,7 +37,7 @@ ROWS = {
 
 def wall(command: list[str]) -> float:
     began = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ, check=False)
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - began
 
 

@@ -58,36 +58,25 @@ NEVER = 2**62  # an ar_tokens count no run reaches: autoregressive to the end
 def train(
     data: Path, run: Path, budget: float, ar_share: float, config: TrainConfig, save_every: float = 300
 ) -> Trainer:
-    """Train (or resume) one recipe until `budget` CPU seconds of steps; the switch to block
-    diffusion happens at the first step after ar_share * budget. Returns the trainer."""
+    """Train (or resume) one recipe until `budget` CPU seconds of steps (the Trainer counts them);
+    the switch to block diffusion happens at the first step after ar_share * budget."""
     run.mkdir(parents=True, exist_ok=True)
-    ledger = run / "recipe.json"  # CPU seconds spent and where the phase switched, beside the checkpoint
-    spent: dict[str, float | None] = {"cpu_seconds": 0.0, "ar_tokens": None}
-    if ledger.exists() and (run / "checkpoint.pt").exists():
-        spent = json.loads(ledger.read_text())
-    switch = spent["ar_tokens"]
-    trainer = Trainer(data, run, replace(config, ar_tokens=int(switch) if switch is not None else NEVER))
-    if ar_share == 0:
-        trainer.cfg = replace(trainer.cfg, ar_tokens=0)
-    cpu = float(spent["cpu_seconds"] or 0.0)
-
-    def save() -> None:
-        trainer.save()
-        ledger.write_text(json.dumps({"cpu_seconds": cpu, "ar_tokens": spent["ar_tokens"]}) + "\n")
-
+    switch = run / "switch.json"  # the token count where the phase switched, beside the checkpoint
+    ar_tokens = NEVER if ar_share > 0 else 0
+    if switch.exists() and (run / "checkpoint.pt").exists():
+        ar_tokens = json.loads(switch.read_text())["ar_tokens"]
+    trainer = Trainer(data, run, replace(config, ar_tokens=ar_tokens))
     trainer.model.train()
     saved = time.monotonic()
-    while cpu < budget:
-        if trainer.phase == "ar" and 0 < ar_share < 1 and cpu >= ar_share * budget:
-            spent["ar_tokens"] = trainer.tokens
+    while trainer.cpu_seconds < budget:
+        if trainer.phase == "ar" and 0 < ar_share < 1 and trainer.cpu_seconds >= ar_share * budget:
             trainer.cfg = replace(trainer.cfg, ar_tokens=trainer.tokens)
-        began = time.process_time()
+            switch.write_text(json.dumps({"ar_tokens": trainer.tokens}) + "\n")
         trainer.one_step()
-        cpu += time.process_time() - began
         if time.monotonic() - saved > save_every:
-            save()
+            trainer.save()
             saved = time.monotonic()
-    save()
+    trainer.save()
     return trainer
 
 
@@ -110,12 +99,11 @@ def run_autoregressive(folder: Path, prompts: list[str], length: int) -> dict[st
             do_sample=False,
             eos_token_id=eos,
             pad_token_id=model.facts.pad_id,
-        )[0, ids.shape[1] :].tolist()
+        )[0, ids.shape[1] :]
         seconds += time.perf_counter() - began
-        answer = out[: next((i for i, t in enumerate(out) if t in model.facts.eos_ids), len(out))]
-        code = pipeline.decode(model, [t for t in answer if t not in (model.facts.pad_id, model.facts.mask_id)])
+        code, count = pipeline.answer_text(model, out, 0)  # up to the first end token
         forwards += len(out)  # one call per new token (the first one is the prefill)
-        tokens += len(answer)
+        tokens += count
         real += is_real_code(code)
         mentions += key_word_share(prompt, code) >= 0.5
     return summary(len(prompts), forwards, tokens, seconds, real, mentions)
@@ -186,10 +174,9 @@ def main(argv: list[str] | None = None, config: TrainConfig | None = None) -> di
         trainer = train(args.data, args.runs / name, budget, share, config)
         folder = args.runs / name / "model"
         trainer.export(folder, ema=False)
-        ledger = json.loads((args.runs / name / "recipe.json").read_text())
         report[name] = {
-            "cpu_seconds": ledger["cpu_seconds"],
-            "ar_tokens": trainer.tokens if name == "autoregressive" else (ledger["ar_tokens"] or 0),
+            "cpu_seconds": trainer.cpu_seconds,
+            "ar_tokens": min(trainer.cfg.ar_tokens, trainer.tokens),
             "tokens_seen": trainer.tokens,
             "steps": trainer.step,
             **trainer.validate(ema=False),

@@ -162,6 +162,7 @@ class Trainer:
         self.model = Qwen2ForCausalLM(architecture).float().to(self.device)
         self.model.config._attn_implementation = "sdpa"
         self.step, self.tokens, self.seconds = 0, 0, 0.0
+        self.cpu_seconds = 0.0  # process CPU time spent in steps: a budget other work cannot shrink
         self.warm_from = 0  # the step the learning-rate warm-up counts from
         if state is None and init is not None:
             self.start_from(init)
@@ -176,6 +177,7 @@ class Trainer:
             self.opt.load_state_dict(state["opt"])
             self.step, self.tokens, self.seconds = state["step"], state["tokens"], state["seconds"]
             self.warm_from = state.get("warm_from", 0)
+            self.cpu_seconds = state.get("cpu_seconds", 0.0)
             self.gen.set_state(state["gen"].cpu())
             self.train.rng.bit_generator.state = state["rng"]
 
@@ -201,6 +203,7 @@ class Trainer:
         return peak * min(1.0, (self.step - self.warm_from + 1) / self.cfg.warmup)
 
     def one_step(self) -> float:
+        began = time.process_time()
         cfg = self.cfg
         for group in self.opt.param_groups:
             group["lr"] = self.learning_rate()
@@ -225,6 +228,7 @@ class Trainer:
                 self.ema[k].lerp_(v, 1 - cfg.ema)
         self.step += 1
         self.tokens += ids.numel()
+        self.cpu_seconds += time.process_time() - began
         return float(loss.detach())
 
     @torch.no_grad()
@@ -256,6 +260,7 @@ class Trainer:
             "step": self.step,
             "tokens": self.tokens,
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
             "gen": self.gen.get_state(),
             "rng": self.train.rng.bit_generator.state,
             "config": asdict(self.cfg),
