@@ -10,6 +10,7 @@ and the exported folder is loaded by dcode.models.load and run by `dcode new`.
 
 from __future__ import annotations
 
+import ast
 import email.message
 import json
 import math
@@ -184,9 +185,9 @@ SOURCE = textwrap.dedent(
 def test_units_of_cuts_module_classes_and_functions() -> None:
     units = list(corpus.units_of(SOURCE, "pkg:dates.py"))
 
-    def either(kind: str, name: str, described: str) -> set[str]:
+    def either(kind: str, name: str, described: str, request: str) -> set[str]:
         named = f"{'class' if kind == 'class' else 'a function'} {corpus.words_of(name)}"
-        return {described, f"{named}: {described}"}
+        return {described, f"{named}: {described}", request}
 
     assert [(u.kind, u.origin) for u in units] == [
         ("module", "pkg:dates.py:1"),
@@ -199,13 +200,26 @@ def test_units_of_cuts_module_classes_and_functions() -> None:
     assert module.prompt == "Helpers for parsing dates in HTTP headers."
     assert module.code == SOURCE.strip() + "\n"
     assert parse.prompt in either(
-        "function", "parseHTTPDate_v2", "Parse the date of an HTTP header into a tuple of numbers."
+        "function",
+        "parseHTTPDate_v2",
+        "Parse the date of an HTTP header into a tuple of numbers.",
+        "a function that parses the date of an HTTP header into a tuple of numbers",
     )
     assert parse.code == 'def parseHTTPDate_v2(text):\n    return tuple(re.findall(r"\\d+", text))\n'
-    assert cache.prompt in either("class", "Cache", "A least recently used cache with a fixed size.")
+    assert cache.prompt in either(
+        "class",
+        "Cache",
+        "A least recently used cache with a fixed size.",
+        "a class representing a least recently used cache with a fixed size",
+    )
     assert cache.code.startswith("class Cache:\n    ") and cache.code.endswith("        return None\n")
     # A method: decorators included, dedented to column 0, its leading comment as the prompt.
-    assert make.prompt in either("function", "make", "Build an empty cache of the given size.")
+    assert make.prompt in either(
+        "function",
+        "make",
+        "Build an empty cache of the given size.",
+        "a function that builds an empty cache of the given size",
+    )
     assert make.code == "@staticmethod\n@functools.lru_cache\ndef make(size):\n    return Cache()\n"
     # A docstring too short to be a request: the name is the prompt.
     assert get.prompt == "a function get"
@@ -219,24 +233,77 @@ def test_units_of_skips_broken_files_and_undocumented_modules() -> None:
     assert [(u.kind, u.prompt) for u in units] == [("function", "a function listing of")]
 
 
-def test_prompt_for_is_stable_and_uses_both_phrasings() -> None:
+def test_prompt_for_is_stable_and_uses_all_three_phrasings() -> None:
     doc = "Return the sum of two numbers."
     prompts = [corpus.prompt_for("function", "add_numbers", doc, None, f"m.py:{i}") for i in range(200)]
     assert prompts == [corpus.prompt_for("function", "add_numbers", doc, None, f"m.py:{i}") for i in range(200)]
-    assert set(prompts) == {doc, f"a function add numbers: {doc}"}
+    assert set(prompts) == {doc, f"a function add numbers: {doc}", "a function that returns the sum of two numbers"}
     # The docstring wins over the comment; no docstring: the comment; neither: the name.
     assert corpus.prompt_for("class", "LRUCache", None, None, "s") == "class lru cache"
     assert corpus.prompt_for("function", "f", None, "Compute the thing we need.", "m.py:1") in {
         "Compute the thing we need.",
         "a function f: Compute the thing we need.",
+        "a function that computes the thing we need",
     }
 
 
-def test_prompt_for_name_phrasing_share_is_a_quarter_as_documented() -> None:
+def test_prompt_for_shares_are_a_quarter_named_and_half_requests_as_documented() -> None:
     doc = "Return the sum of two numbers."
-    prompts = [corpus.prompt_for("function", "add", doc, None, f"m.py:{i}") for i in range(4000)]
-    share = sum(p != doc for p in prompts) / len(prompts)
-    assert 0.2 < share < 0.3, share
+    prompts = [corpus.prompt_for("generator", "add", doc, None, f"m.py:{i}", "a generator") for i in range(4000)]
+    named = sum(p.startswith("a function add: ") for p in prompts) / len(prompts)
+    requests = sum(p == "a generator that returns the sum of two numbers" for p in prompts) / len(prompts)
+    assert 0.2 < named < 0.3, named
+    assert 0.45 < requests < 0.55, requests
+    # A summary that cannot be phrased as a request stays as written in that half.
+    noun_first = [corpus.prompt_for("function", "add", "The sum of two.", None, f"m.py:{i}") for i in range(40)]
+    assert set(noun_first) == {"The sum of two.", "a function add: The sum of two."}
+
+
+@pytest.mark.parametrize(
+    ("noun", "summary", "expected"),
+    [
+        ("a function", "Return the sum.", "a function that returns the sum"),
+        ("a function", "Returns a list.", "a function that returns a list"),
+        ("a function", "Match a pattern.", "a function that matches a pattern"),
+        ("a function", "Copy a tree.", "a function that copies a tree"),
+        ("a function", "Process the queue.", "a function that processes the queue"),
+        ("a function", "Do it twice.", "a function that does it twice"),
+        ("a generator", "Yield lines.", "a generator that yields lines"),
+        ("a class", "A least recently used cache.", "a class representing a least recently used cache"),
+        ("a class", "Represents a point.", "a class that represents a point"),
+        ("a class", "Enum where members are strings.", None),  # a noun, not a verb
+        ("a function", "The sum of two.", None),
+        ("a function", "Helper for parsing.", None),
+        ("a function", "Parsing helper.", None),
+        ("a function", "XML reader.", None),
+    ],
+)
+def test_as_request(noun: str, summary: str, expected: str | None) -> None:
+    assert corpus.as_request(noun, summary) == expected
+
+
+def test_noun_of_tells_generators_context_managers_and_classes() -> None:
+    tree = ast.parse(
+        textwrap.dedent(
+            """\
+            class C: pass
+            def gen(): yield 1
+            def outer():
+                def inner(): yield 1
+                return inner
+            @contextlib.contextmanager
+            def held(): yield
+            async def fetch(): pass
+            """
+        )
+    )
+    assert [corpus.noun_of(n) for n in tree.body] == [
+        "a class",
+        "a generator",
+        "a function",
+        "a context manager",
+        "an async function",
+    ]
 
 
 def test_normalized_hash_ignores_trailing_whitespace_only() -> None:
@@ -430,6 +497,21 @@ def test_build_keeps_train_units_out_of_validation(tmp_path: Path, monkeypatch: 
     }
     data = build_from(files, tmp_path, monkeypatch)
     assert codes_in(data, "valid") == [ONLY_IN_VALID]
+
+
+def test_build_again_keeps_the_tokenizer_a_model_was_trained_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {"app/core.py": (short_functions(4), "train"), "app/extra.py": (ONLY_IN_VALID, "valid")}
+    data = build_from(files, tmp_path, monkeypatch)
+    before = (data / "tokenizer" / "tokenizer.json").read_bytes()
+    files["app/more.py"] = ("def another_one(y):\n    return y * 3\n", "train")
+    build_from(files, tmp_path, monkeypatch)  # new examples, the same ids
+    assert (data / "tokenizer" / "tokenizer.json").read_bytes() == before
+    assert codes_in(data, "train")[-1] == "def another_one(y):\n    return y * 3\n"
+    shutil.rmtree(data / "tokenizer")  # deleted: a new one is trained
+    build_from(files, tmp_path, monkeypatch)
+    assert (data / "tokenizer" / "tokenizer.json").exists()
 
 
 def test_encode_units_and_examples_round_trip(tokenizer: Tokenizer, tmp_path: Path) -> None:

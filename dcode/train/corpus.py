@@ -130,15 +130,93 @@ def leading_comment(lines: list[str], lineno: int) -> str | None:
     return text if 8 <= len(text) <= 200 else None
 
 
-def prompt_for(kind: str, name: str, docstring: str | None, comment: str | None, salt: str) -> str:
-    """A request in the style users type: the docstring summary, or kind + name words."""
+# First words of a docstring summary that are not an imperative verb ("The ...", "Helper for ..."),
+# so "a function that <verb>s ..." cannot be made from it.
+# fmt: off
+NOT_VERBS = frozenset({
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "is", "are", "was", "if", "for", "in",
+    "on", "of", "with", "when", "while", "as", "at", "by", "to", "all", "each", "any", "some", "one", "two",
+    "no", "not", "only", "also", "just", "here", "there", "given", "used", "called", "raised", "same", "like",
+    "see", "note", "helper", "internal", "private", "public", "base", "abstract", "mixin", "simple", "generic",
+    "default", "deprecated", "alias", "shortcut", "wrapper", "decorator", "class", "function", "method",
+    "module", "utility", "convenience", "hook", "callback", "backport", "legacy", "compatibility", "python",
+    "pure", "low", "high", "fast", "lazy", "new", "old", "main", "entry", "dummy", "fake", "mock", "custom",
+    "special", "common", "standard", "basic", "minimal", "either", "neither", "whether", "script", "enum",
+    "context",
+})
+# fmt: on
+# Endings of nouns, adjectives and participles rather than imperative verbs.
+NOT_VERB_ENDINGS = ("ing", "ion", "ions", "ed", "ly", "al", "ous", "ic", "ity", "ness", "ment", "or", "ers", "ive")
+IRREGULAR = {"be": "is", "have": "has", "do": "does", "go": "goes"}
+
+
+def third_person(verb: str) -> str:
+    """The form after "a function that". Examples: return -> returns, match -> matches,
+    copy -> copies, returns -> returns."""
+    if verb in IRREGULAR:
+        return IRREGULAR[verb]
+    if verb.endswith("s") and not verb.endswith(("ss", "us", "is")):
+        return verb  # already "Returns ..."
+    if verb.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if verb.endswith("y") and len(verb) > 1 and verb[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def as_request(noun: str, summary: str) -> str | None:
+    """A docstring summary phrased the way users ask: "Return the sum." -> "a function that returns
+    the sum"; a class's "A cache of ..." -> "a class representing a cache of ...". None when the
+    summary starts with neither a verb (for a class, one already ending in -s) nor, for a class, an article."""
+    first, _, rest = summary.rstrip(".").partition(" ")
+    word = first.lower()
+    if noun == "a class" and word in ("a", "an", "the"):
+        return f"a class representing {word} {rest}".rstrip()
+    if not re.fullmatch(r"[A-Z][a-z]+", first) or word in NOT_VERBS or word.endswith(NOT_VERB_ENDINGS):
+        return None
+    if noun == "a class" and third_person(word) != word:
+        return None  # a class's docstring starting "Enum where ..." is a noun; "Represents ..." is a verb
+    return f"{noun} that {third_person(word)} {rest}".rstrip()
+
+
+def prompt_for(kind: str, name: str, docstring: str | None, comment: str | None, salt: str, noun: str = "") -> str:
+    """A request in the style users type: the docstring summary as written, phrased as a request
+    ("a function that returns ..."), or kind + name words. `noun` is what the unit is ("a function",
+    "a generator", "a context manager", "a class"; default from kind)."""
     described = summary_of(docstring) or comment
+    noun = noun or ("a class" if kind == "class" else "a function")
     named = f"{'class' if kind == 'class' else 'a function'} {words_of(name)}"
     if described is None:
         return named
-    # A stable draw: a quarter of the documented units learn the name-based phrasing as well.
-    flip = int(hashlib.sha1(salt.encode()).hexdigest(), 16) % 4
-    return described if flip else f"{named}: {described}"
+    # A stable draw: a quarter of the documented units learn the name-based phrasing as well, half
+    # the request phrasing where the summary allows it (users write "a function that ...", while
+    # docstrings say "Return ..."), the rest the summary as written.
+    draw = int(hashlib.sha1(salt.encode()).hexdigest(), 16) % 4
+    if draw == 0:
+        return f"{named}: {described}"
+    if draw in (1, 2):
+        return as_request(noun, described) or described
+    return described
+
+
+def noun_of(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> str:
+    """What a user would call the unit: a class, a context manager, a generator, or a function."""
+    if isinstance(node, ast.ClassDef):
+        return "a class"
+    decorators = {ast.unparse(d).rsplit(".", 1)[-1] for d in node.decorator_list}
+    if decorators & {"contextmanager", "asynccontextmanager"}:
+        return "a context manager"
+    own = [n for n in ast.walk(node) if isinstance(n, ast.Yield | ast.YieldFrom)]
+    nested = [
+        n
+        for inner in ast.walk(node)
+        if inner is not node and isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for n in ast.walk(inner)
+        if isinstance(n, ast.Yield | ast.YieldFrom)
+    ]
+    if len(own) > len(nested):
+        return "a generator"
+    return "an async function" if isinstance(node, ast.AsyncFunctionDef) else "a function"
 
 
 def units_of(source: str, origin: str) -> Iterator[Unit]:
@@ -159,7 +237,7 @@ def units_of(source: str, origin: str) -> Iterator[Unit]:
         code = textwrap.dedent(segment).strip() + "\n"
         kind: Literal["class", "function"] = "class" if isinstance(node, ast.ClassDef) else "function"
         comment = leading_comment(lines, first)
-        prompt = prompt_for(kind, node.name, ast.get_docstring(node), comment, f"{origin}:{first}")
+        prompt = prompt_for(kind, node.name, ast.get_docstring(node), comment, f"{origin}:{first}", noun_of(node))
         yield Unit(prompt, code, kind, f"{origin}:{first}")
 
 

@@ -104,18 +104,24 @@ def encode_units(tokenizer: Tokenizer, units: list[corpus.Unit]) -> Examples:
 
 
 def build(out: Path, vocab_size: int, include_packages: bool = True) -> None:
-    """Write out/tokenizer/, out/train.npz and out/valid.npz from the offline corpus."""
+    """Write out/tokenizer/, out/train.npz and out/valid.npz from the offline corpus. A tokenizer
+    already in out/tokenizer/ is kept, so the examples can be rebuilt (new prompts) for a model
+    trained on its ids; delete the folder to train a new one."""
     out.mkdir(parents=True, exist_ok=True)
     seen: set[str] = set()  # shared, so validation holds no copy of a training unit
     splits = {s: list(corpus.iter_units(s, include_packages, seen)) for s in ("train", "valid")}
-    sample, size = [], 0
-    for unit in random.Random(0).sample(splits["train"], len(splits["train"])):
-        if size > TOKENIZER_SAMPLE_CHARS:
-            break
-        sample.append(unit.code)
-        size += len(unit.code)
-    tokenizer = train_tokenizer(sample, vocab_size)
-    save_tokenizer(tokenizer, out / "tokenizer")
+    kept = out / "tokenizer" / "tokenizer.json"
+    if kept.exists():
+        tokenizer = Tokenizer.from_file(str(kept))
+    else:
+        sample, size = [], 0
+        for unit in random.Random(0).sample(splits["train"], len(splits["train"])):
+            if size > TOKENIZER_SAMPLE_CHARS:
+                break
+            sample.append(unit.code)
+            size += len(unit.code)
+        tokenizer = train_tokenizer(sample, vocab_size)
+        save_tokenizer(tokenizer, out / "tokenizer")
     for split, units in splits.items():
         encode_units(tokenizer, units).save(out / f"{split}.npz")
 
