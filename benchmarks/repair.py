@@ -26,17 +26,17 @@ from pathlib import Path
 from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.models import load
-from dcode.repair import Repaired
+from dcode.repair import REPAIR_TRIES, Repaired
 from dcode.syntax import find_issues
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
 
-def generation(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
+def generation(model, prompts: list[str], length: int, config: SamplerConfig, tries: int) -> dict[str, float]:
     valid_raw = valid_fixed = rounds = regenerated = tokens = extra_forward = 0
     draft_seconds = extra_seconds = 0.0
     for prompt in prompts:
-        events = pipeline.new(model, prompt, "python", length, config, 3)
+        events = pipeline.new(model, prompt, "python", length, config, 3, tries)
         finished = next(e for e in events if isinstance(e, pipeline.Finished))
         done = finished.repair
         assert done is not None
@@ -100,7 +100,7 @@ def corrupt(code: str, rng: random.Random) -> tuple[str, int, int] | None:
     return None
 
 
-def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random) -> dict[str, float]:
+def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random, tries: int) -> dict[str, float]:
     restored = cases = 0
     outside_same = outside_total = 0
     fixed_same = fixed_total = 0  # the same, over the cases repair restored to valid
@@ -113,7 +113,9 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
         broken, start, end = damaged
         began = time.perf_counter()
         done = next(
-            e for e in pipeline.repair_file(model, broken, "python", "test.py", config, 3) if isinstance(e, Repaired)
+            e
+            for e in pipeline.repair_file(model, broken, "python", "test.py", config, 3, tries)
+            if isinstance(e, Repaired)
         )
         seconds += time.perf_counter() - began
         cases += 1
@@ -146,6 +148,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--prompts", type=int, default=0, help="limit the prompts (0 = all python ones)")
     parser.add_argument("--files", type=int, default=40)
+    parser.add_argument("--tries", type=int, default=REPAIR_TRIES, help="tries per repair round")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
@@ -155,8 +158,9 @@ def main() -> None:
     rng = random.Random(0)
     results = {
         "model": model.facts.name,
-        "generation": generation(model, prompts, args.length, config),
-        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng),
+        "tries": args.tries,
+        "generation": generation(model, prompts, args.length, config, args.tries),
+        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.tries),
     }
     print(json.dumps(results, indent=2))
     if args.json:

@@ -17,7 +17,7 @@ import torch
 
 from dcode.config import SamplerConfig
 from dcode.models.base import Denoiser
-from dcode.repair import Repaired, RepairRound, repair
+from dcode.repair import REPAIR_TRIES, Repaired, RepairRound, repair
 from dcode.sampler import Step, denoise, trim_answer
 
 
@@ -64,6 +64,7 @@ def repair_metadata(done: Repaired) -> dict[str, object]:
         "issues_before": done.issues_before,
         "issues_after": done.issues_after,
         "rounds": done.rounds,
+        "attempts": done.attempts,
         "spans": done.spans,
         "tokens_regenerated": done.tokens,
         "extra_forward_passes": done.forward,
@@ -115,7 +116,13 @@ def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
 
 
 def new(
-    model: Denoiser, request: str, language: str, length: int, config: SamplerConfig, repair_rounds: int = 3
+    model: Denoiser,
+    request: str,
+    language: str,
+    length: int,
+    config: SamplerConfig,
+    repair_rounds: int = 3,
+    repair_tries: int = REPAIR_TRIES,
 ) -> Iterator[Event]:
     """Generate a whole file for `request`: the draft's steps, the repair pass's steps and rounds
     (syntax is checked even with 0 rounds), then Finished."""
@@ -134,7 +141,7 @@ def new(
     code = text.strip("\n") + "\n" if text.strip() else ""
     seconds = time.perf_counter() - began
     repaired: Repaired | None = None
-    for event in repair(model, ids, code, language, config, rounds=repair_rounds):
+    for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries):
         if isinstance(event, Repaired):
             repaired = event
         else:
@@ -154,7 +161,13 @@ def new(
 
 
 def repair_file(
-    model: Denoiser, source: str, language: str, name: str, config: SamplerConfig, rounds: int
+    model: Denoiser,
+    source: str,
+    language: str,
+    name: str,
+    config: SamplerConfig,
+    rounds: int,
+    tries: int = REPAIR_TRIES,
 ) -> Iterator[Step | RepairRound | Repaired]:
     """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired."""
     ids = prompt_ids(model, f"the {language} file {name}", language)
@@ -164,7 +177,7 @@ def repair_file(
             f"{name} is {code_tokens} tokens; with the prompt that exceeds the model's context "
             f"of {model.facts.max_length} tokens by {len(ids) + code_tokens - model.facts.max_length}"
         )
-    yield from repair(model, ids, source, language, config, rounds=rounds)
+    yield from repair(model, ids, source, language, config, rounds=rounds, tries=tries)
 
 
 def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
@@ -268,6 +281,7 @@ def edit(
     length: int | None = None,
     repair_rounds: int = 3,
     name: str = "the file",
+    repair_tries: int = REPAIR_TRIES,
 ) -> Iterator[Step | RepairRound | Edited]:
     """Rewrite the byte span `region` of source (whole lines) as `instruction` asks. Yields the
     draft's steps, the repair pass's steps and rounds when the edit broke the syntax, then Edited.
@@ -338,7 +352,7 @@ def edit(
     repaired: Repaired | None = None
     used = False
     if found is not None and found[0] and repair_rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for event in repair(model, ids, code, language, config, rounds=repair_rounds):
+        for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries):
             if isinstance(event, Repaired):
                 repaired = event
             else:

@@ -1,8 +1,9 @@
 """The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
 
 Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its focus
-line, the enclosing statement and the line before, the enclosing block), building the re-masked canvas, and splicing the
-regenerated spans back into the text. Checking is dcode.syntax's job and sampling is
+line, the enclosing statement and the line before, the enclosing block), building the re-masked
+canvas, trying a round again with sampled seeds, splicing the regenerated spans back into the
+text, and putting back the lines a fix did not need. Checking is dcode.syntax's job and sampling is
 dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
 Knows nothing about prompt templates, files or the terminal.
 """
@@ -13,6 +14,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,11 @@ if TYPE_CHECKING:
 DEFINITIONS = re.compile(r"(function|class|method|struct|impl|trait|interface|enum|module)")
 # Rounds 2 and 3 on -> (node types they widen to, lines of context added when no such node encloses the span).
 _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
+# A round's later tries sample at this temperature (its first try uses the configured sampler,
+# greedy by default): the same masks refilled greedily would only give the same text again.
+RETRY_TEMPERATURE = 0.8
+# Tries per round by default (measured in benchmarks/repair.py; see docs/repair.md).
+REPAIR_TRIES = 1
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Span:
 @dataclass(frozen=True)
 class RepairRound:
     round: int  # 1-based
+    attempt: int  # 1-based try within the round: the same spans, refilled with another seed
     issues: tuple[Issue, ...]  # what the round addressed (kind, line, message, span)
     spans: tuple[Span, ...]  # what it re-masked, merged, in text order
     tokens: int  # tokens re-masked
@@ -63,6 +71,7 @@ class RepairRound:
     forward: int  # forward passes this round
     issues_after: int  # issues in the round's result
     kept: bool  # the result had fewer issues than the best so far and replaced it
+    restored: int  # lines of the result put back as they were, since the fix did not need them
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class Repaired:
     issues_after: int
     issues: tuple[Issue, ...]  # what is left in code
     rounds: int  # rounds that ran the sampler
+    attempts: int  # sampler runs over all rounds (a round tries again until one is kept)
     spans: int  # spans regenerated, over all rounds
     tokens: int  # tokens re-masked, over all rounds
     forward: int  # extra forward passes, over all rounds
@@ -265,6 +275,58 @@ def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
     return b"".join(out).decode()
 
 
+def starts(i1: int, j1: int, shift: int, longer_old: bool) -> tuple[int, int]:
+    """Where a replaced stretch's pairs begin in old and new when the shorter side is shifted by `shift`."""
+    return (i1 + shift, j1) if longer_old else (i1, j1 + shift)
+
+
+def likeness(old: list[str], new: list[str], a: int, b: int, k: int) -> float:
+    """How alike old[a:a+k] and new[b:b+k] are, line by line (sum of difflib ratios)."""
+    return sum(SequenceMatcher(None, old[a + t], new[b + t]).ratio() for t in range(k))
+
+
+def hunks(old: list[str], new: list[str]) -> list[tuple[int, int, int, int]]:
+    """Changed stretches of lines as (old from, old to, new from, new to), in order. Inside a
+    replaced stretch the shorter side is laid along the longer where its lines are most alike, each
+    such pair is a hunk of its own, and the lines left over on either side are inserted or deleted:
+    so each line can be judged on its own.
+    Example: ["x = (1\n"] -> ["x = (1)\n", "w = 0\n"]: [(0, 1, 0, 1), (1, 1, 1, 2)]."""
+    out = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        n, m = i2 - i1, j2 - j1
+        k = min(n, m)
+        if k == 0:
+            out.append((i1, i2, j1, j2))
+            continue
+        a, b = max(
+            (starts(i1, j1, shift, n > m) for shift in range(abs(n - m) + 1)),
+            key=lambda ab: likeness(old, new, ab[0], ab[1], k),
+        )
+        if (a, b) != (i1, j1):
+            out.append((i1, a, j1, b))  # lines before the pairs: only one side has them
+        out += [(a + t, a + t + 1, b + t, b + t + 1) for t in range(k)]
+        if (a + k, b + k) != (i2, j2):
+            out.append((a + k, i2, b + k, j2))
+    return out
+
+
+def narrowest(old: str, new: str, language: str, found: list[Issue]) -> tuple[str, list[Issue], int]:
+    """new with every changed line that the fix does not need put back as it was in old: a widened
+    round re-masks a statement or block, and the model rewrites lines that were fine. A line goes
+    back when that adds no issue. Returns the text, its issues and the lines put back.
+    Example: old "x = (1\ny = 2\n", new "x = (1)\ny = 3\n" -> "x = (1)\ny = 2\n", 1 line put back."""
+    before, lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    put_back = 0
+    for i1, i2, j1, j2 in reversed(hunks(before, lines)):  # from the end: earlier indices stay valid
+        trial = lines[:j1] + before[i1:i2] + lines[j2:]
+        issues = find_issues("".join(trial), language)
+        if len(issues) <= len(found):
+            lines, found, put_back = trial, issues, put_back + max(1, i2 - i1)
+    return "".join(lines), found, put_back
+
+
 # ---------------------------------------------------------------------------------------------
 # The loop
 
@@ -276,9 +338,11 @@ def repair(
     language: str,
     config: SamplerConfig,
     rounds: int = 3,
+    tries: int = REPAIR_TRIES,
 ) -> Iterator[Event]:
     """Re-mask the spans around code's syntax issues and let the sampler fill them again, widening
-    the spans each round. Yields every sampler Step, a RepairRound after each round, then Repaired.
+    the spans each round; each round fills its masks up to `tries` times until a result is kept.
+    Yields every sampler Step, a RepairRound after each try, then Repaired.
 
     Text outside the re-masked spans is copied byte for byte; a round's result is kept only if it
     has fewer issues than the best so far. An unknown language (or a grammar that will not load)
@@ -289,7 +353,7 @@ def repair(
         issues = find_issues(code, language)
         name = normalize_language(language)
     except (UnknownLanguage, ImportError) as exc:
-        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, time.perf_counter() - began, note=f"not checked: {exc}")
+        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, 0, time.perf_counter() - began, note=f"not checked: {exc}")
         return
     from tree_sitter import Parser
 
@@ -313,48 +377,67 @@ def repair(
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
             break
 
-        # 2) the same sampler fills the masks
-        last: Step | None = None
+        # 2) the same sampler fills the masks; a try that is not kept is tried again with the
+        # next seed, sampled, as greedy refills of the same masks would repeat themselves
         fill = torch.zeros(len(canvas), dtype=torch.bool)  # explicit, as the placeholder may be a real token
         for a, b in regions:
             fill[a:b] = True
-        for last in denoise(model, canvas, len(prompt_ids), config, fill=fill):
-            yield last
-        assert last is not None  # every span holds at least room(0) = 2 masks
+        for attempt in range(1, tries + 1):
+            run = config if attempt == 1 else retry(config, attempt)
+            last: Step | None = None
+            for last in denoise(model, canvas, len(prompt_ids), run, fill=fill):
+                yield last
+            assert last is not None  # every span holds at least room(0) = 2 masks
 
-        # 3) splice the new spans into the old text and check again
-        texts = [model.tokenizer.decode([t for t in last.canvas[a:b].tolist() if t not in drop]) for a, b in regions]
-        candidate = splice(data, spans, texts)
-        found = find_issues(candidate, language)
-        erased = any(deleted(data[s.start_byte : s.end_byte].decode(), t) for s, t in zip(spans, texts, strict=True))
-        kept = not erased and len(found) < len(best_issues)
-        history.append(
-            RepairRound(
-                round=number,
-                issues=tuple(best_issues),
-                spans=tuple(spans),
-                tokens=sum(b - a for a, b in (s.tokens for s in spans)),
-                masks=sum(b - a for a, b in regions),
-                forward=last.forward,
-                issues_after=len(found),
-                kept=kept,
+            # 3) splice the new spans into the old text, check again, put back lines the fix did not need
+            texts = [
+                model.tokenizer.decode([t for t in last.canvas[a:b].tolist() if t not in drop]) for a, b in regions
+            ]
+            candidate = splice(data, spans, texts)
+            found = find_issues(candidate, language)
+            erased = any(
+                deleted(data[s.start_byte : s.end_byte].decode(), t) for s, t in zip(spans, texts, strict=True)
             )
-        )
-        yield history[-1]
-        if kept:
-            best, best_issues = candidate, found
+            kept = not erased and len(found) < len(best_issues)
+            restored = 0
+            if kept:
+                candidate, found, restored = narrowest(best, candidate, language, found)
+            history.append(
+                RepairRound(
+                    round=number,
+                    attempt=attempt,
+                    issues=tuple(best_issues),
+                    spans=tuple(spans),
+                    tokens=sum(b - a for a, b in (s.tokens for s in spans)),
+                    masks=sum(b - a for a, b in regions),
+                    forward=last.forward,
+                    issues_after=len(found),
+                    kept=kept,
+                    restored=restored,
+                )
+            )
+            yield history[-1]
+            if kept:
+                best, best_issues = candidate, found
+                break
     yield Repaired(
         code=best,
         issues_before=len(issues),
         issues_after=len(best_issues),
         issues=tuple(best_issues),
-        rounds=len(history),
+        rounds=len({r.round for r in history}),
+        attempts=len(history),
         spans=sum(len(r.spans) for r in history),
         tokens=sum(r.tokens for r in history),
         forward=sum(r.forward for r in history),
         seconds=time.perf_counter() - began,
         note=note,
     )
+
+
+def retry(config: SamplerConfig, attempt: int) -> SamplerConfig:
+    """The sampler for a round's later tries: sampled (at least RETRY_TEMPERATURE), with its own seed."""
+    return replace(config, temperature=max(config.temperature, RETRY_TEMPERATURE), seed=config.seed + attempt - 1)
 
 
 def repaired(events: Iterator[Event]) -> Repaired:

@@ -16,6 +16,8 @@ from dcode.repair import (
     RepairRound,
     byte_offsets,
     deleted,
+    hunks,
+    narrowest,
     repair,
     repaired,
     room,
@@ -46,9 +48,9 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
 
 
-def run(model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3) -> list:
+def run(model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3, tries: int = 1) -> list:
     prompt = model.tokenizer.encode("# a helper module\n", add_special_tokens=False)
-    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds))
+    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds, tries=tries))
 
 
 def test_repair_fixes_the_span_and_copies_every_other_byte(tokenizer) -> None:
@@ -66,6 +68,39 @@ def test_repair_fixes_the_span_and_copies_every_other_byte(tokenizer) -> None:
     assert fixed[len(fixed) - (len(data) - span.end_byte) :] == data[span.end_byte :]
     assert round1.kept and round1.issues_after == 0
     assert done.forward == model.forwards == 1  # one pass: the threshold rule commits every sure mask
+
+
+def test_a_round_tries_again_with_the_next_seed_until_a_result_is_kept(tokenizer) -> None:
+    # Pass 1 writes garbage, pass 2 the fix: one try per round never gets there in one round.
+    events = run(ScriptedDenoiser(tokenizer, ")))", "    return a + b"), BROKEN, rounds=1, tries=3)
+    done = events[-1]
+    assert done.code == FIXED and (done.rounds, done.attempts, done.forward) == (1, 2, 2)
+    tries = [e for e in events if isinstance(e, RepairRound)]
+    assert [(r.round, r.attempt, r.kept) for r in tries] == [(1, 1, False), (1, 2, True)]
+    assert tries[0].spans == tries[1].spans  # the same masks, filled again
+    once = run(ScriptedDenoiser(tokenizer, ")))", "    return a + b"), BROKEN, rounds=1, tries=1)[-1]
+    assert once.code == BROKEN and (once.rounds, once.attempts) == (1, 1)
+
+
+def test_retries_sample_with_their_own_seed() -> None:
+    from dcode.repair import RETRY_TEMPERATURE, retry
+
+    greedy = SamplerConfig(seed=7)
+    assert retry(greedy, 2) == SamplerConfig(seed=8, temperature=RETRY_TEMPERATURE)
+    assert retry(SamplerConfig(temperature=1.5), 3).temperature == 1.5  # already hotter: kept
+
+
+def test_narrowest_puts_back_the_lines_a_fix_does_not_need() -> None:
+    old = "x = (1\ny = 2\nz = 3\n"
+    assert narrowest(old, "x = (1)\ny = 5\nz = 3\n", "python", []) == ("x = (1)\ny = 2\nz = 3\n", [], 1)
+    # A line the fix needs stays; an added line it does not need goes.
+    assert narrowest(old, "x = (1)\nw = 0\ny = 2\nz = 3\n", "python", []) == (old.replace("(1", "(1)"), [], 1)
+    # Putting back the only change would bring the issue back: nothing is put back.
+    assert narrowest(old, old.replace("(1", "[1]"), "python", [])[2] == 0
+    assert hunks(["a\n", "b\n"], ["A\n", "B\n"]) == [(0, 1, 0, 1), (1, 2, 1, 2)]  # line by line
+    assert hunks(["x = (1\n"], ["x = (1)\n", "w = 0\n"]) == [(0, 1, 0, 1), (1, 1, 1, 2)]
+    assert hunks(["f(\n"], ["g\n", "f()\n"]) == [(0, 0, 0, 1), (0, 1, 1, 2)]  # paired where most alike
+    assert narrowest("f(\n", "g\nf()\n", "python", []) == ("f()\n", [], 1)
 
 
 def test_a_fix_may_grow_by_the_room_and_no_further(tokenizer) -> None:
