@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.config import SamplerConfig
-from dcode.models import load
-from dcode.repair import REPAIR_TRIES, Repaired
+from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.models import apply_defaults, load
+from dcode.repair import Repaired
 from dcode.syntax import find_issues
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    config = SamplerConfig()
+    config = apply_defaults(SamplerConfig(), model.facts.defaults, ())  # what `dcode new` runs with no options
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
     rng = random.Random(0)

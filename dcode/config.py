@@ -11,6 +11,10 @@ Ordering = Literal["confidence", "margin", "entropy", "random"]
 Rule = Literal["schedule", "threshold", "entropy-bound"]
 ApproxCache = Literal["dual", "prefix", "off"]
 
+# Fillings per repair round: the first with the sampler as configured (greedy by default), the
+# rest sampled with their own seeds, until one leaves fewer syntax issues (benchmarks/repair.py).
+REPAIR_TRIES = 1
+
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
 APPROX_CACHES: tuple[str, ...] = get_args(ApproxCache)

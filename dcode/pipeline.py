@@ -15,9 +15,9 @@ from importlib import resources
 
 import torch
 
-from dcode.config import SamplerConfig
+from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.models.base import Denoiser
-from dcode.repair import REPAIR_TRIES, Repaired, RepairRound, repair
+from dcode.repair import Repaired, RepairRound, repair
 from dcode.sampler import Step, denoise, trim_answer
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dcode.config import SamplerConfig
+from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.models.base import Denoiser
 from dcode.sampler import Step, denoise
 from dcode.syntax import (
@@ -48,8 +48,6 @@ _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK
 # A round's later tries sample at this temperature (its first try uses the configured sampler,
 # greedy by default): the same masks refilled greedily would only give the same text again.
 RETRY_TEMPERATURE = 0.8
-# Tries per round by default (measured in benchmarks/repair.py; see docs/repair.md).
-REPAIR_TRIES = 1
 
 
 @dataclass(frozen=True)
@@ -253,13 +251,22 @@ def remasked_canvas(
 DEFINED = re.compile(r"\b(?:def|class|function|fn|func|struct|interface|enum|trait)\s+([A-Za-z_]\w*)")
 
 
+# A line holding only a comment (Python / shell, C-like, CSS, HTML, SQL / Lua); it is not code.
+COMMENT_LINE = re.compile(r"\s*(#|//|/\*|\*|<!--|--)")
+
+
+def code_lines(text: str) -> int:
+    """Lines holding code: not blank, not only a comment."""
+    return sum(1 for line in text.splitlines() if line.strip() and not COMMENT_LINE.match(line))
+
+
 def deleted(old: str, new: str) -> bool:
-    """Whether a span's new text drops the code it replaces: blank where there was code, under
-    half its non-blank lines where there were three or more, or without a function or type name
-    the old text defined (the model replacing a function with an unrelated stub). Such a result
-    can have fewer issues, but it is not a repair.
+    """Whether a span's new text drops the code it replaces: blank or only comments where there was
+    code, under half its code lines where there were three or more, or without a function or type
+    name the old text defined (the model replacing a function with an unrelated stub). Such a
+    result can have fewer issues, but it is not a repair.
     Example: deleted("def add(a, b):\n    return a +", "def get(self):\n    return 1") -> True."""
-    before, after = (sum(1 for line in text.splitlines() if line.strip()) for text in (old, new))
+    before, after = code_lines(old), code_lines(new)
     if (before > 0 and after == 0) or (before >= 3 and 2 * after < before):
         return True
     return not set(DEFINED.findall(old)) <= set(DEFINED.findall(new))

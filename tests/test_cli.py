@@ -323,6 +323,11 @@ def test_summary_line_reports_the_repair(tiny_checkpoint: Path) -> None:
     plain = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
     assert run_json(plain, env={"DCODE_REPAIR": "0"})["repair"]["rounds"] == 0
     assert run_json(plain, env={"DCODE_REPAIR_ROUNDS": "1"})["repair"]["rounds"] == 1
+    # The random checkpoint's fills never parse, so every round uses all its tries.
+    tried = run_json([*plain, "--repair-rounds", "2", "--repair-tries", "3"])["repair"]
+    assert tried["issues_after"] > 0 and (tried["rounds"], tried["attempts"]) == (2, 6)
+    from_env = run_json([*plain, "--repair-rounds", "1"], env={"DCODE_REPAIR_TRIES": "2"})["repair"]
+    assert (from_env["rounds"], from_env["attempts"]) == (1, 2)
 
 
 @pytest.mark.parametrize(
@@ -575,7 +580,12 @@ def test_unknown_option_is_a_usage_error() -> None:
 
 @pytest.mark.parametrize(
     ("args", "env"),
-    [([PROMPT, "--bogus"], None), ([PROMPT], {"DCODE_LENGTH": "many"}), ([PROMPT, "--repair-rounds", "-1"], None)],
+    [
+        ([PROMPT, "--bogus"], None),
+        ([PROMPT], {"DCODE_LENGTH": "many"}),
+        ([PROMPT, "--repair-rounds", "-1"], None),
+        ([PROMPT, "--repair-tries", "0"], None),
+    ],
 )
 def test_click_usage_errors_are_one_line(args: list[str], env: dict[str, str] | None) -> None:
     result = dcode_new(args, env=env)

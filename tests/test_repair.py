@@ -202,6 +202,9 @@ def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
     ("old", "new", "lost"),
     [
         ("    return a + b", "", True),  # blank where there was code
+        ("    return a + b", "    # type: ignore", True),  # a comment is not code
+        ("    lst ]", "  // the list", True),
+        ("    # the total\n    return a +", "    # the total\n    return a + b", False),
         ("    return a + b", "    return a - b", False),
         ("a = 1\nb = 2\nc = 3\nd = 4\ne = 5", "def stub():\n    pass", True),  # five lines summarised into two
         ("a = 1\nb = 2\nc = 3", "a = 1\nc = 3", False),  # two of three kept: still a repair

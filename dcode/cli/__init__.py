@@ -211,6 +211,15 @@ RepairOption = Annotated[
     bool, typer.Option("--repair/--no-repair", envvar="DCODE_REPAIR", help="Regenerate spans that do not parse.")
 ]
 RepairRoundsOption = Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=0)]
+RepairTriesOption = Annotated[
+    int,
+    typer.Option(
+        "--repair-tries",
+        envvar="DCODE_REPAIR_TRIES",
+        min=1,
+        help="Fillings per repair round: the first as configured, the rest sampled.",
+    ),
+]
 LiveOption = Annotated[
     bool | None, typer.Option("--live/--no-live", envvar="DCODE_LIVE", help="Live view (default: on a terminal).")
 ]

@@ -18,6 +18,7 @@ from dcode.cli import (
     LiveOption,
     ModelOption,
     QuietOption,
+    RepairTriesOption,
     SeedOption,
     TemperatureOption,
     app,
@@ -28,6 +29,7 @@ from dcode.cli import (
     sampler_config,
     view_mode,
 )
+from dcode.config import REPAIR_TRIES
 
 
 @app.command()
@@ -80,6 +82,7 @@ def repair_command(
     model: ModelOption = None,
     device: DeviceOption = "auto",
     rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=1)] = 3,
+    tries: RepairTriesOption = REPAIR_TRIES,
     temperature: TemperatureOption = 0.0,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON")] = False,
@@ -109,7 +112,7 @@ def repair_command(
         model,
         device,
         config,
-        lambda m, c: pipeline.repair_file(m, source, language, file.name, c, rounds),
+        lambda m, c: pipeline.repair_file(m, source, language, file.name, c, rounds, tries),
         language,
         view_mode(quiet, live),
         exit_when_done,

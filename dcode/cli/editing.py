@@ -25,6 +25,7 @@ from dcode.cli import (
     QuietOption,
     RepairOption,
     RepairRoundsOption,
+    RepairTriesOption,
     SeedOption,
     StepsOption,
     StrategyOption,
@@ -41,6 +42,7 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.config import REPAIR_TRIES
 
 
 @app.command("edit")
@@ -87,6 +89,7 @@ def edit_command(
     approx_cache: ApproxCacheOption = "dual",
     repair: RepairOption = True,
     repair_rounds: RepairRoundsOption = 3,
+    repair_tries: RepairTriesOption = REPAIR_TRIES,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the diff and metadata as JSON.")
     ] = False,
@@ -133,7 +136,9 @@ def edit_command(
         model,
         device,
         config,
-        lambda m, c: pipeline.edit(m, source, region, text, language, c, length, rounds, name=str(file)),
+        lambda m, c: pipeline.edit(
+            m, source, region, text, language, c, length, rounds, name=str(file), repair_tries=repair_tries
+        ),
         language,
         view_mode(quiet, live),
         exit_when_done,

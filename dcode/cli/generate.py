@@ -24,6 +24,7 @@ from dcode.cli import (
     QuietOption,
     RepairOption,
     RepairRoundsOption,
+    RepairTriesOption,
     SeedOption,
     StepsOption,
     StrategyOption,
@@ -40,6 +41,7 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.config import REPAIR_TRIES
 
 
 @app.command()
@@ -72,6 +74,7 @@ def new(
     approx_cache: ApproxCacheOption = "dual",
     repair: RepairOption = True,
     repair_rounds: RepairRoundsOption = 3,
+    repair_tries: RepairTriesOption = REPAIR_TRIES,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print code and metadata as JSON.")
     ] = False,
@@ -101,7 +104,7 @@ def new(
         model,
         device,
         config,
-        lambda m, c: pipeline.new(m, text, language, length, c, rounds),
+        lambda m, c: pipeline.new(m, text, language, length, c, rounds, repair_tries),
         language,
         view_mode(quiet, live),
         exit_when_done,
