@@ -100,6 +100,23 @@ def corrupt(code: str, rng: random.Random) -> tuple[str, int, int] | None:
     return None
 
 
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix. Example: common_prefix(b"abcX", b"abQ") -> 2."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def untouched(before: bytes, after: bytes, start: int, tail: int) -> int:
+    """Bytes of before's first `start` and last `tail` bytes still in place in after: its common
+    prefix (up to start) and common suffix (up to tail). A byte past the first change counts as
+    changed even if it is the same.
+    Example: untouched(b"abcXdef", b"abQYdef", 3, 3) -> 5."""
+    head = common_prefix(before[:start], after)
+    return head + common_prefix(before[len(before) - tail :][::-1], after[head:][::-1])
+
+
 def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random, tries: int) -> dict[str, float]:
     restored = cases = 0
     outside_same = outside_total = 0
@@ -122,13 +139,12 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
         restored += done.issues_after == 0
         before, after = broken.encode(), done.code.encode()
         tail = len(before) - end
-        prefix_same = after[:start] == before[:start]
-        suffix_same = tail == 0 or after[-tail:] == before[-tail:]
+        same = untouched(before, after, start, tail)
         outside_total += start + tail
-        outside_same += (start if prefix_same else 0) + (tail if suffix_same else 0)
+        outside_same += same
         if done.issues_after == 0:
             fixed_total += start + tail
-            fixed_same += (start if prefix_same else 0) + (tail if suffix_same else 0)
+            fixed_same += same
             rounds[done.rounds] = rounds.get(done.rounds, 0) + 1
     return {
         "cases": cases,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedDenoiser
+from conftest import ScriptedDenoiser, benchmark_module
 from transformers import AutoTokenizer
 
 import dcode
@@ -330,3 +330,11 @@ def test_repair_imports_only_what_sits_below_it() -> None:
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     ours = {m for m in imported if m.split(".")[0] == "dcode"}
     assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base"}
+
+
+def test_repair_benchmark_counts_bytes_left_in_place() -> None:
+    bench = benchmark_module("repair.py")
+    assert bench.untouched(b"abcXdef", b"abcYYdef", 3, 3) == 6  # only the damaged byte changed
+    assert bench.untouched(b"abcXdef", b"abQYdef", 3, 3) == 5  # one byte before it too
+    assert bench.untouched(b"abcXdef", b"abcdef", 3, 3) == 6
+    assert bench.untouched(b"abcX", b"abc", 3, 0) == 3 and bench.untouched(b"ab", b"", 1, 1) == 0
