@@ -12,8 +12,10 @@ Rule = Literal["schedule", "threshold", "entropy-bound"]
 ApproxCache = Literal["dual", "prefix", "off"]
 
 # Fillings per repair round: the first with the sampler as configured (greedy by default), the
-# rest sampled with their own seeds, until one leaves fewer syntax issues (benchmarks/repair.py).
-REPAIR_TRIES = 1
+# rest sampled with their own seeds, until one leaves fewer syntax issues. Measured with dcode-tiny
+# (benchmarks/repair.py, 25 prompts): parse-valid after repair 84% with 1, 88% with 2, 88% with 3,
+# at +33%, +52% and +72% forward passes over the draft's.
+REPAIR_TRIES = 2
 
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
