@@ -24,14 +24,17 @@ import torch
 
 from dcode import pipeline
 from dcode.config import SamplerConfig
-from dcode.models import load
+from dcode.models import apply_defaults, load
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
-SETTINGS = {
-    "one-per-pass": SamplerConfig(rule="schedule"),
-    "threshold-0.9": SamplerConfig(rule="threshold", threshold=0.9),
-    "threshold-0.7": SamplerConfig(rule="threshold", threshold=0.7),
-    "entropy-bound": SamplerConfig(rule="entropy-bound", entropy_bound=0.1),
+# Each row sets these fields; the model's own defaults (dcode-tiny: its repetition penalty) fill
+# in the rest, as they do for `dcode new`. The last row shows the penalty's effect in the same run.
+SETTINGS: dict[str, dict[str, object]] = {
+    "one-per-pass": {"rule": "schedule"},
+    "threshold-0.9": {"rule": "threshold", "threshold": 0.9},
+    "threshold-0.7": {"rule": "threshold", "threshold": 0.7},
+    "entropy-bound": {"rule": "entropy-bound", "entropy_bound": 0.1},
+    "0.7-no-penalty": {"rule": "threshold", "threshold": 0.7, "repetition_penalty": 1.0},
 }
 
 
@@ -119,9 +122,9 @@ def main() -> None:
         prompts = prompts[: args.limit]
     model = load(args.model)
     results = {}
-    for name, config in SETTINGS.items():
-        config = replace(config, cache=not args.no_cache)
-        results[name] = run(model, prompts, args.length, config)
+    for name, fields in SETTINGS.items():
+        config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]
+        results[name] = run(model, prompts, args.length, replace(config, cache=not args.no_cache))
     base = results["one-per-pass"]
     threads = torch.get_num_threads()
     print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {threads}")
@@ -135,7 +138,13 @@ def main() -> None:
             f"{r['key_words_rate']:>10.0%}{speedup:>9.2f}x"
         )
     if args.json:
-        report = {"model": model.facts.name, "length": args.length, "threads": threads, "results": results}
+        report = {
+            "model": model.facts.name,
+            "length": args.length,
+            "threads": threads,
+            "defaults": model.facts.defaults,
+            "results": results,
+        }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 

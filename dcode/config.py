@@ -69,6 +69,12 @@ class SamplerConfig:
     stop_at_eos: bool = True
     # Seed of every random draw (Gumbel noise, random ordering): same seed, same output.
     seed: int = 0
+    # CTRL's repetition penalty (Keskar et al. 2019; llama.cpp / ollama repeat_penalty): the logit
+    # of every token already written in the last `repetition_window` answer positions before and
+    # in the block is divided by it (multiplied if negative). 1.0 = off.
+    repetition_penalty: float = 1.0
+    # How many answer positions back the penalty looks (llama.cpp's repeat_last_n is 64).
+    repetition_window: int = 64
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
@@ -99,3 +105,7 @@ class SamplerConfig:
             raise ValueError("max block steps must be at least 1")
         if not 0 <= self.stop_entropy < math.inf:
             raise ValueError("stop entropy must be a finite number >= 0")
+        if not 1.0 <= self.repetition_penalty < math.inf:
+            raise ValueError("repetition penalty must be a finite number >= 1")
+        if self.repetition_window < 1:
+            raise ValueError("repetition window must be at least 1")

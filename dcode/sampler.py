@@ -105,6 +105,18 @@ SCORES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.
 # Commit rules: which of the N candidate rows to fill this pass. Each returns row indices.
 
 
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty (Keskar et al. 2019, eq. 2 as llama.cpp applies it): the logits
+    (n, V) of the token ids in `seen` (k,) divided by `penalty` where positive, multiplied where
+    negative, so the repeat always gets less likely. Example: penalty 2: [4, -1] -> [2, -2]."""
+    if penalty == 1.0 or len(seen) == 0:
+        return logits
+    ids = seen.unique()
+    picked = logits[:, ids]
+    logits[:, ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return logits
+
+
 def schedule_counts(masked: int, steps: int) -> list[int]:
     """LLaDA's fixed schedule: split `masked` tokens evenly over `steps` passes, remainder first.
     Example: schedule_counts(10, 4) -> [3, 3, 2, 2]."""
@@ -304,6 +316,11 @@ def denoise(
             # 2) a token and a score for every position of the block still to fill
             candidates = logits[rows]
             candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
+            if config.repetition_penalty != 1.0:
+                recent = canvas[max(start, s - config.repetition_window) : e]
+                seen = recent[~is_masked[max(start, s - config.repetition_window) : e]]
+                seen = seen[~torch.isin(seen, ends)]  # an end or padding is not a repeat
+                candidates = penalize_repeats(candidates, seen, config.repetition_penalty)
             tokens, probs = choose_tokens(candidates, temperature, config.top_p, gen)
             scores = score(probs, tokens, gen)
 

@@ -406,6 +406,13 @@ def test_env_strategy_steps_and_entropy_bound(tiny_checkpoint: Path) -> None:
     assert loose < tight  # an unbounded budget fills each attention block in one pass
 
 
+def test_repetition_penalty_option_and_env(tiny_checkpoint: Path) -> None:
+    args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
+    penalized = stable(run_json([*args, "--repetition-penalty", "1e6"]))
+    assert penalized == stable(run_json(args, env={"DCODE_REPETITION_PENALTY": "1e6"}))
+    assert penalized != stable(run_json(args))  # the random checkpoint repeats itself
+
+
 def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
     args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
     assert run_json(args, env={"DCODE_LANG": "rs"})["language"] == "rust"
@@ -425,6 +432,7 @@ def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
         ({"DCODE_THRESHOLD": "1.5"}, "threshold must be in (0, 1]"),
         ({"DCODE_TEMPERATURE": "-1"}, "temperature must be a finite number >= 0"),
         ({"DCODE_TOP_P": "0"}, "top_p must be in (0, 1]"),
+        ({"DCODE_REPETITION_PENALTY": "0.5"}, "repetition penalty must be a finite number >= 1"),
         ({"DCODE_STEPS": "0"}, "steps must be at least 1"),
         ({"DCODE_BLOCK": "0"}, "block must be at least 1"),
         ({"DCODE_APPROX_CACHE": "both"}, "unknown approximate cache 'both' (choose from dual, prefix, off)"),

@@ -17,6 +17,7 @@ from dcode.sampler import (
     commit_entropy_bound,
     denoise,
     final,
+    penalize_repeats,
     schedule_counts,
     top_p_filter,
     trim_answer,
@@ -390,8 +391,40 @@ def test_mask_token_is_never_committed() -> None:
     assert not (last.canvas == MASK).any()
 
 
+@pytest.mark.parametrize("layout", ["one-block", "block-causal-4-shifted"])
+def test_a_huge_repetition_penalty_writes_no_token_twice(layout: str) -> None:
+    """Greedy, one token per pass: without the penalty the fake repeats tokens; with a penalty
+    that sends every written token's logit to about zero or far below it, none repeats before
+    the end of the answer (the fake has positive logits to spare)."""
+
+    def answer(penalty: float) -> list[int]:
+        config = SamplerConfig(rule="schedule", repetition_penalty=penalty, stop_at_eos=False)
+        last = final(denoise(make_fake(layout), answer_canvas(), START, config))
+        return [t for t in last.canvas[START:].tolist() if t not in (EOS, PAD)]
+
+    plain = answer(1.0)
+    assert len(set(plain)) < len(plain)
+    penalized = answer(1e6)
+    assert len(set(penalized)) == len(penalized) and penalized != plain
+
+
+def test_repetition_penalty_is_checked() -> None:
+    with pytest.raises(ValueError, match="repetition penalty must be a finite number >= 1"):
+        SamplerConfig(repetition_penalty=0.9)
+    with pytest.raises(ValueError, match="repetition window must be at least 1"):
+        SamplerConfig(repetition_window=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
+
+
+def test_penalize_repeats() -> None:
+    logits = torch.tensor([[4.0, -1.0, 3.0], [1.0, 1.0, 1.0]])
+    out = penalize_repeats(logits.clone(), torch.tensor([0, 1, 0]), 2.0)
+    assert torch.equal(out, torch.tensor([[2.0, -2.0, 3.0], [0.5, 0.5, 1.0]]))
+    assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([], dtype=torch.long), 2.0), logits)
+    assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([0]), 1.0), logits)
 
 
 def test_schedule_counts() -> None:

@@ -197,6 +197,14 @@ BlockOption = Annotated[
 ]
 TemperatureOption = Annotated[float, typer.Option("--temperature", envvar="DCODE_TEMPERATURE")]
 TopPOption = Annotated[float, typer.Option("--top-p", envvar="DCODE_TOP_P")]
+RepetitionPenaltyOption = Annotated[
+    float,
+    typer.Option(
+        "--repetition-penalty",
+        envvar="DCODE_REPETITION_PENALTY",
+        help="Divide the logits of tokens written in the last 64 answer positions by this (1 = off).",
+    ),
+]
 SeedOption = Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")]
 CacheOption = Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")]
 ApproxCacheOption = Annotated[
@@ -241,6 +249,7 @@ def sampler_config(
     cache: bool,
     seed: int,
     approx_cache: str,
+    repetition_penalty: float = 1.0,
 ) -> SamplerConfig:
     """The options as a SamplerConfig; a bad value is a usage error before any model loads."""
     try:
@@ -256,6 +265,7 @@ def sampler_config(
             cache=cache,
             approx_cache=approx_cache,  # type: ignore[arg-type]
             seed=seed,
+            repetition_penalty=repetition_penalty,
         )
     except ValueError as error:
         fail(str(error), USAGE)
@@ -321,6 +331,7 @@ SAMPLER_OPTIONS = {
     "cache": "cache",
     "approx_cache": "approx_cache",
     "seed": "seed",
+    "repetition_penalty": "repetition_penalty",
 }
 
 

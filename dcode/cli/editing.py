@@ -26,6 +26,7 @@ from dcode.cli import (
     RepairOption,
     RepairRoundsOption,
     RepairTriesOption,
+    RepetitionPenaltyOption,
     SeedOption,
     StepsOption,
     StrategyOption,
@@ -84,6 +85,7 @@ def edit_command(
     block: BlockOption = None,
     temperature: TemperatureOption = 0.0,
     top_p: TopPOption = 1.0,
+    repetition_penalty: RepetitionPenaltyOption = 1.0,
     seed: SeedOption = 0,
     cache: CacheOption = True,
     approx_cache: ApproxCacheOption = "dual",
@@ -122,7 +124,18 @@ def edit_command(
         fail(str(error), USAGE)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
     config = sampler_config(
-        order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed, approx_cache
+        order,
+        strategy,
+        steps,
+        threshold,
+        entropy_bound,
+        block,
+        temperature,
+        top_p,
+        cache,
+        seed,
+        approx_cache,
+        repetition_penalty,
     )
     if length is not None and length < 1:
         fail("--length must be at least 1 token", USAGE)

@@ -25,6 +25,7 @@ from dcode.cli import (
     RepairOption,
     RepairRoundsOption,
     RepairTriesOption,
+    RepetitionPenaltyOption,
     SeedOption,
     StepsOption,
     StrategyOption,
@@ -69,6 +70,7 @@ def new(
     block: BlockOption = None,
     temperature: TemperatureOption = 0.0,
     top_p: TopPOption = 1.0,
+    repetition_penalty: RepetitionPenaltyOption = 1.0,
     seed: SeedOption = 0,
     cache: CacheOption = True,
     approx_cache: ApproxCacheOption = "dual",
@@ -88,7 +90,18 @@ def new(
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
     config = sampler_config(
-        order, strategy, steps, threshold, entropy_bound, block, temperature, top_p, cache, seed, approx_cache
+        order,
+        strategy,
+        steps,
+        threshold,
+        entropy_bound,
+        block,
+        temperature,
+        top_p,
+        cache,
+        seed,
+        approx_cache,
+        repetition_penalty,
     )
     if length < 1:
         fail("--length must be at least 1 token", USAGE)
