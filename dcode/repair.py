@@ -365,7 +365,9 @@ def repair(
     from tree_sitter import Parser
 
     facts = model.facts
-    config = replace(config, stop_at_eos=False)  # a span in the middle of the file must not end it
+    # A span in the middle of the file must not end it; and a fill should reuse the names around
+    # it, which the repetition penalty (meant for runaway loops in a whole draft) would discourage.
+    config = replace(config, stop_at_eos=False, repetition_penalty=1.0)
     drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
     best, best_issues = code, issues
     history: list[RepairRound] = []
