@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import python_lines
+from conftest import benchmark_module, python_lines
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
@@ -980,3 +980,21 @@ def test_gpu_train_script_runs_end_to_end_on_the_cpu(data_folder: Path, tmp_path
     trained = json.loads((out / "dcode-tiny" / "config.json").read_text())["dcode_training"]
     assert trained["steps"] > start.step and trained["tokens_seen"] > start.tokens
     assert "validation BD loss" in (out / "fit.log").read_text()
+
+
+def test_training_curve_draws_the_log_and_marked_steps(tmp_path: Path) -> None:
+    curve = benchmark_module("training_curve.py")
+    log = tmp_path / "log.jsonl"
+    records = [
+        {"step": s, "tokens": 1000 * s, "phase": "ar" if s < 3 else "bd", "valid_ar": 3.0, "valid_bd": 2.0 - s / 10}
+        for s in range(1, 6)
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert curve.parse_mark("4=data rebuilt") == (4, "data rebuilt")
+    out = tmp_path / "curve.png"
+    fig = curve.main(log, out, {4: "data rebuilt", 99: "past the log"})
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = {line.get_label(): list(line.get_xdata()) for line in fig.axes[0].get_lines()}
+    assert lines["step 4: data rebuilt"] == [0.004, 0.004]  # at the tokens of step 4, in millions
+    assert lines["switch to block-diffusion training"] == [0.003, 0.003]
+    assert not any("past the log" in label for label in lines)
