@@ -11,12 +11,12 @@ from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
+from dcode.linediff import hunks
 from dcode.repair import (
     Repaired,
     RepairRound,
     byte_offsets,
     deleted,
-    hunks,
     narrowest,
     repair,
     repaired,
@@ -329,7 +329,7 @@ def test_repair_imports_only_what_sits_below_it() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     ours = {m for m in imported if m.split(".")[0] == "dcode"}
-    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base"}
+    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base", "dcode.linediff"}
 
 
 def test_repair_benchmark_counts_bytes_left_in_place() -> None:
