@@ -512,6 +512,12 @@ def test_build_again_keeps_the_tokenizer_a_model_was_trained_on(
     shutil.rmtree(data / "tokenizer")  # deleted: a new one is trained
     build_from(files, tmp_path, monkeypatch)
     assert (data / "tokenizer" / "tokenizer.json").exists()
+    # A fresh folder takes a model's tokenizer when given one (the command line: the shipped model's).
+    model = tmp_path / "model"
+    shutil.copytree(data / "tokenizer", model)
+    fresh = tmp_path / "fresh"
+    build(fresh, vocab_size=999, tokenizer_from=model)
+    assert (fresh / "tokenizer" / "tokenizer.json").read_bytes() == (model / "tokenizer.json").read_bytes()
 
 
 def test_encode_units_and_examples_round_trip(tokenizer: Tokenizer, tmp_path: Path) -> None:

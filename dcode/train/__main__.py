@@ -1,6 +1,6 @@
 """`python -m dcode.train`: build the data, train (resumable), export dcode-tiny.
 
-python -m dcode.train data                 # corpus -> .train/data (tokenizer + arrays)
+python -m dcode.train data                 # corpus -> .train/data (dcode-tiny's tokenizer + arrays)
 python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
 python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
 python -m dcode.train pack --out .train/gpu # the data, compact, for a GPU machine (benchmarks/gpu_train.sh)
@@ -22,6 +22,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=EMBEDDED)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument(
+        "--new-tokenizer",
+        action="store_true",
+        help="data: train a tokenizer (--vocab) instead of using the shipped model's, whose ids it keeps",
+    )
     parser.add_argument("--ar-tokens", type=int, default=None, help="switch to block diffusion after this many tokens")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
     parser.add_argument("--device", default="cpu", help="where to train: cpu, cuda, cuda:1, ...")
@@ -44,7 +49,7 @@ def main() -> None:
     if args.command == "data":
         from dcode.train.data import build
 
-        build(args.data, args.vocab)
+        build(args.data, args.vocab, tokenizer_from=None if args.new_tokenizer else EMBEDDED)
         return
     if args.command == "pack":
         if args.out == EMBEDDED:

@@ -103,11 +103,16 @@ def encode_units(tokenizer: Tokenizer, units: list[corpus.Unit]) -> Examples:
     return Examples(*flat(kept_prompts), *flat(kept_codes))
 
 
-def build(out: Path, vocab_size: int, include_packages: bool = True) -> None:
+def build(out: Path, vocab_size: int, include_packages: bool = True, tokenizer_from: Path | None = None) -> None:
     """Write out/tokenizer/, out/train.npz and out/valid.npz from the offline corpus. A tokenizer
-    already in out/tokenizer/ is kept, so the examples can be rebuilt (new prompts) for a model
-    trained on its ids; delete the folder to train a new one."""
+    already in out/tokenizer/ is kept, else the one in `tokenizer_from` (a model folder: the
+    shipped model's, so its training can go on) is copied there, else a new one is trained: the
+    examples can be rebuilt (new prompts, more packages) for a model trained on those ids."""
     out.mkdir(parents=True, exist_ok=True)
+    if tokenizer_from is not None and not (out / "tokenizer" / "tokenizer.json").exists():
+        (out / "tokenizer").mkdir(exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tokenizer_from / name, out / "tokenizer" / name)
     seen: set[str] = set()  # shared, so validation holds no copy of a training unit
     splits = {s: list(corpus.iter_units(s, include_packages, seen)) for s in ("train", "valid")}
     kept = out / "tokenizer" / "tokenizer.json"
