@@ -13,10 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import dcode.cli.bench  # noqa: F401  (registers `dcode bench` on the app)
-from dcode.bench import PROMPTS, read_prompts
+from dcode.bench import PROMPTS, read_prompts, settings, with_family
 from dcode.bench.quality import docstring, load_problems, program, trim_completion
 from dcode.bench.sandbox import NETWORK_MESSAGE, Limits, run_python
 from dcode.cli import app
+from dcode.config import SamplerConfig
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -202,3 +203,14 @@ def test_read_prompts_reads_the_shipped_set_and_names_a_bad_line(tmp_path: Path)
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object"):
         read_prompts(bad)
+
+
+def test_a_model_with_its_own_defaults_gets_a_row_that_runs_them() -> None:
+    own = {"threshold": 0.7, "repetition_penalty": 1.2}
+    assert "model-defaults" not in [s.name for s in settings(4)]
+    rows = {s.name: s for s in settings(4, own)}
+    assert list(rows)[-1] == "model-defaults"
+    assert with_family(rows["model-defaults"], own) == SamplerConfig(threshold=0.7, repetition_penalty=1.2)
+    fixed = with_family(rows["threshold-0.9"], own)  # a setting keeps what it decides, takes the rest
+    assert (fixed.threshold, fixed.repetition_penalty) == (0.9, 1.2)
+    assert with_family(rows["one-per-pass"], own).rule == "schedule"

@@ -54,13 +54,16 @@ class Setting:
     name: str  # row label in every report
     role: Literal["baseline", "fast"]  # (a) the reference loop, or (b) one of dcode's fast settings
     config: SamplerConfig  # the fields in SETTING_FIELDS; the family fills in the rest
+    decides: frozenset[str] | None = None  # the fields it fixes (None: by role); the family fills the rest
 
 
-def settings(block: int | None) -> list[Setting]:
+def settings(block: int | None, defaults: Mapping[str, object] | None = None) -> list[Setting]:
     """(a) one token per forward pass with no cache: what the reference Dream / LLaDA loop does.
     (b) dcode's fast settings: Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
     finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones,
-    without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default).
+    without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default); and,
+    for a model with its own recommended values (`defaults`, e.g. dcode-tiny's threshold 0.7),
+    "model-defaults": exactly what `dcode new` runs without options.
     `block`: the model's attention block (None = full attention)."""
     found = [
         Setting("one-per-pass", "baseline", SamplerConfig(rule="schedule", cache=False)),
@@ -73,6 +76,8 @@ def settings(block: int | None) -> list[Setting]:
             Setting("threshold-0.9-block-32-prefix", "fast", SamplerConfig(block=32, approx_cache="prefix")),
             Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32, approx_cache="dual")),
         ]
+    if defaults:
+        found.append(Setting("model-defaults", "fast", SamplerConfig(), decides=frozenset()))
     return found
 
 
@@ -92,6 +97,7 @@ def with_family(setting: Setting, defaults: Mapping[str, object], **changes: Any
     from dcode.models import apply_defaults
 
     explicit = BASELINE_FIELDS if setting.role == "baseline" else SETTING_FIELDS
+    explicit = explicit if setting.decides is None else setting.decides
     return dataclasses.replace(apply_defaults(setting.config, defaults, explicit), **changes)  # type: ignore[arg-type]
 
 

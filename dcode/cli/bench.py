@@ -81,7 +81,7 @@ def speed_command(
 
     with guarded():
         denoiser = load_model(model, device)
-        chosen = pick_settings(settings(denoiser.facts.block), setting_names)
+        chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
         with progress_bar(quiet) as bar:
             result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
         deliver(result, report.write_reports, out, quiet)
@@ -125,7 +125,7 @@ def quality_command(
 
     with guarded():
         denoiser = load_model(model, device)
-        chosen = pick_settings(settings(denoiser.facts.block), setting_names)
+        chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
         limits = Limits(seconds=timeout, memory_mb=memory_mb)
         with progress_bar(quiet) as bar:
             result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
