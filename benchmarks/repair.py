@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
 from dcode.models import apply_defaults, load
 from dcode.repair import Repaired
 from dcode.syntax import find_issues
@@ -164,7 +164,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--prompts", type=int, default=0, help="limit the prompts (0 = all python ones)")
     parser.add_argument("--files", type=int, default=40)
-    parser.add_argument("--tries", type=int, default=REPAIR_TRIES, help="tries per repair round")
+    parser.add_argument("--tries", type=int, default=REPAIR_TRIES, help="tries per round after dcode new")
+    parser.add_argument("--file-tries", type=int, default=REPAIR_FILE_TRIES, help="tries per round, dcode repair")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
@@ -174,9 +175,9 @@ def main() -> None:
     rng = random.Random(0)
     results = {
         "model": model.facts.name,
-        "tries": args.tries,
+        "tries": {"generation": args.tries, "corrupted": args.file_tries},
         "generation": generation(model, prompts, args.length, config, args.tries),
-        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.tries),
+        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.file_tries),
     }
     print(json.dumps(results, indent=2))
     if args.json:

@@ -29,7 +29,7 @@ from dcode.cli import (
     sampler_config,
     view_mode,
 )
-from dcode.config import REPAIR_TRIES
+from dcode.config import REPAIR_FILE_TRIES
 
 
 @app.command()
@@ -82,7 +82,7 @@ def repair_command(
     model: ModelOption = None,
     device: DeviceOption = "auto",
     rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=1)] = 3,
-    tries: RepairTriesOption = REPAIR_TRIES,
+    tries: RepairTriesOption = REPAIR_FILE_TRIES,
     temperature: TemperatureOption = 0.0,
     seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON")] = False,
