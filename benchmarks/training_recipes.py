@@ -59,7 +59,9 @@ def train(
     data: Path, run: Path, budget: float, ar_share: float, config: TrainConfig, save_every: float = 300
 ) -> Trainer:
     """Train (or resume) one recipe until `budget` CPU seconds of steps (the Trainer counts them);
-    the switch to block diffusion happens at the first step after ar_share * budget."""
+    the switch to block diffusion happens at the first step after ar_share * budget, and a
+    two-phase recipe takes at least one block-diffusion step however soon the budget runs out (a
+    slow first step on a busy machine can spend it all)."""
     run.mkdir(parents=True, exist_ok=True)
     switch = run / "switch.json"  # the token count where the phase switched, beside the checkpoint
     ar_tokens = NEVER if ar_share > 0 else 0
@@ -68,8 +70,9 @@ def train(
     trainer = Trainer(data, run, replace(config, ar_tokens=ar_tokens))
     trainer.model.train()
     saved = time.monotonic()
-    while trainer.cpu_seconds < budget:
-        if trainer.phase == "ar" and 0 < ar_share < 1 and trainer.cpu_seconds >= ar_share * budget:
+    two_phase = 0 < ar_share < 1
+    while trainer.cpu_seconds < budget or (two_phase and trainer.phase == "ar"):
+        if two_phase and trainer.phase == "ar" and trainer.cpu_seconds >= ar_share * budget:
             trainer.cfg = replace(trainer.cfg, ar_tokens=trainer.tokens)
             switch.write_text(json.dumps({"ar_tokens": trainer.tokens}) + "\n")
         trainer.one_step()
