@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -237,36 +237,12 @@ ExitWhenDoneOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")]
 
 
-def sampler_config(
-    order: str,
-    strategy: str,
-    steps: int | None,
-    threshold: float,
-    entropy_bound: float,
-    block: int | None,
-    temperature: float,
-    top_p: float,
-    cache: bool,
-    seed: int,
-    approx_cache: str,
-    repetition_penalty: float = 1.0,
-) -> SamplerConfig:
-    """The options as a SamplerConfig; a bad value is a usage error before any model loads."""
+def sampler_config(params: Mapping[str, Any]) -> SamplerConfig:
+    """The sampler options among a command's parameters (by name, see SAMPLER_OPTIONS) as a
+    SamplerConfig; options a command does not have keep their defaults. A bad value is a usage
+    error before any model loads."""
     try:
-        return SamplerConfig(
-            ordering=order,  # type: ignore[arg-type]
-            rule=strategy,  # type: ignore[arg-type]
-            steps=steps,
-            threshold=threshold,
-            entropy_bound=entropy_bound,
-            block=block,
-            temperature=temperature,
-            top_p=top_p,
-            cache=cache,
-            approx_cache=approx_cache,  # type: ignore[arg-type]
-            seed=seed,
-            repetition_penalty=repetition_penalty,
-        )
+        return SamplerConfig(**{field: params[name] for name, field in SAMPLER_OPTIONS.items() if name in params})
     except ValueError as error:
         fail(str(error), USAGE)
 

@@ -103,7 +103,7 @@ def repair_command(
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
     target = None if diff else output_target(output, force)
-    config = sampler_config("confidence", "threshold", None, 0.9, 0.1, None, temperature, 1.0, True, seed, "dual")
+    config = sampler_config({"temperature": temperature, "seed": seed})
 
     # 2) repair, with the live view showing the whole file
     request = f"the {language} file {file.name}"

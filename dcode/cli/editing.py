@@ -123,20 +123,7 @@ def edit_command(
     except RegionError as error:
         fail(str(error), USAGE)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
-    config = sampler_config(
-        order,
-        strategy,
-        steps,
-        threshold,
-        entropy_bound,
-        block,
-        temperature,
-        top_p,
-        cache,
-        seed,
-        approx_cache,
-        repetition_penalty,
-    )
+    config = sampler_config(ctx.params)
     if length is not None and length < 1:
         fail("--length must be at least 1 token", USAGE)
 

@@ -89,20 +89,7 @@ def new(
 
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
-    config = sampler_config(
-        order,
-        strategy,
-        steps,
-        threshold,
-        entropy_bound,
-        block,
-        temperature,
-        top_p,
-        cache,
-        seed,
-        approx_cache,
-        repetition_penalty,
-    )
+    config = sampler_config(ctx.params)
     if length < 1:
         fail("--length must be at least 1 token", USAGE)
     target = output_target(output, force)
