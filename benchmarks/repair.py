@@ -18,22 +18,27 @@ import argparse
 import ast
 import json
 import random
+import sys
 import sysconfig
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from dcode import pipeline
-from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
-from dcode.models import apply_defaults, load
-from dcode.repair import Repaired
-from dcode.syntax import find_issues
+sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
+
+from sampling import is_real_code  # noqa: E402
+
+from dcode import pipeline  # noqa: E402
+from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig  # noqa: E402
+from dcode.models import apply_defaults, load  # noqa: E402
+from dcode.repair import Repaired  # noqa: E402
+from dcode.syntax import find_issues  # noqa: E402
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
 
 def generation(model, prompts: list[str], length: int, config: SamplerConfig, tries: int) -> dict[str, float]:
-    valid_raw = valid_fixed = rounds = regenerated = tokens = extra_forward = 0
+    valid_raw = valid_fixed = real_raw = real_fixed = rounds = regenerated = tokens = extra_forward = 0
     draft_seconds = extra_seconds = 0.0
     for prompt in prompts:
         events = pipeline.new(model, prompt, "python", length, config, 3, tries)
@@ -42,6 +47,8 @@ def generation(model, prompts: list[str], length: int, config: SamplerConfig, tr
         assert done is not None
         valid_raw += done.issues_before == 0
         valid_fixed += done.issues_after == 0
+        real_raw += is_real_code(finished.draft)
+        real_fixed += is_real_code(finished.code)
         rounds += done.rounds
         regenerated += done.tokens
         tokens += finished.tokens
@@ -53,6 +60,8 @@ def generation(model, prompts: list[str], length: int, config: SamplerConfig, tr
         "prompts": n,
         "valid_without_repair": valid_raw / n,
         "valid_with_repair": valid_fixed / n,
+        "real_code_without_repair": real_raw / n,  # valid and 2+ non-blank lines (benchmarks/sampling.py)
+        "real_code_with_repair": real_fixed / n,
         "mean_rounds": rounds / n,
         "share_of_tokens_regenerated": regenerated / max(1, tokens),
         "extra_forward_passes": extra_forward / n,
@@ -166,15 +175,18 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=40)
     parser.add_argument("--tries", type=int, default=REPAIR_TRIES, help="tries per round after dcode new")
     parser.add_argument("--file-tries", type=int, default=REPAIR_FILE_TRIES, help="tries per round, dcode repair")
+    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (repair tries sample)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    config = apply_defaults(SamplerConfig(), model.facts.defaults, ())  # what `dcode new` runs with no options
+    # what `dcode new --seed N` runs with no other options
+    config = apply_defaults(SamplerConfig(seed=args.seed), model.facts.defaults, ())
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
     rng = random.Random(0)
     results = {
         "model": model.facts.name,
+        "seed": args.seed,
         "tries": {"generation": args.tries, "corrupted": args.file_tries},
         "generation": generation(model, prompts, args.length, config, args.tries),
         "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.file_tries),

@@ -34,6 +34,7 @@ class Finished:
     forward: int  # forward passes of the draft
     seconds: float  # sampling wall time of the draft
     repair: Repaired | None = None  # what the repair pass did (None: off or nothing to check)
+    draft: str = ""  # the answer as sampled, before repair (code when repair changed nothing)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -141,7 +142,7 @@ def new(
     code = text.strip("\n") + "\n" if text.strip() else ""
     seconds = time.perf_counter() - began
     repaired: Repaired | None = None
-    for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries):
+    for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries, origin="draft"):
         if isinstance(event, Repaired):
             repaired = event
         else:
@@ -157,6 +158,7 @@ def new(
         forward=last.forward,
         seconds=seconds,
         repair=repaired if repaired is not None and not repaired.note.startswith("not checked") else None,
+        draft=code,
     )
 
 
@@ -352,7 +354,7 @@ def edit(
     repaired: Repaired | None = None
     used = False
     if found is not None and found[0] and repair_rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries):
+        for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, "edit"):
             if isinstance(event, Repaired):
                 repaired = event
             else:

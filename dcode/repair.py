@@ -15,13 +15,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
-from dcode.linediff import hunks
-from dcode.models.base import Denoiser
+from dcode.fixes import confined, deleted, narrowest, progress
+from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import Step, denoise
 from dcode.syntax import (
     BLOCK_TYPES,
@@ -88,6 +88,12 @@ class Repaired:
 
 
 Event = Step | RepairRound | Repaired
+
+# Who wrote the text being repaired. "draft": the model, the whole answer (dcode new): a fix may
+# redraft it from the broken statement on and rename what it defines. "edit": the model, a region
+# of a user's file. "file": the user (dcode repair): a fix may change only the lines its issues
+# blame (lines may be inserted), and is tried greedily first.
+Origin = Literal["draft", "edit", "file"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,16 +183,23 @@ def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]
     return line_span(data, line_start(data, issue.line))
 
 
-def widen(data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None) -> tuple[int, int, str]:
+def widen(
+    data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None, draft: bool = False
+) -> tuple[int, int, str]:
     """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Round 1: the focus line;
     round 2: the statement enclosing it (never a whole function or type definition) and the line
-    before; round 3 on: the enclosing block. Where no statement/block encloses the
+    before; round 3 on: the enclosing block, or for a draft (text the model wrote, left to right)
+    everything from round 2's span to the end. Where no statement/block encloses the
     span, a line or two of context stand in. Spans stop before the last line's ending, so the
     line breaks around them are kept as they are."""
     span = focus_line(data, issue, hint)
     scope = "its line"
     anchor = root.descendant_for_byte_range(*span)
     for step in range(2, round + 1):
+        if draft and step >= 3:
+            # What a draft wrote after a broken line was conditioned on it: redraft the rest.
+            span, scope = (span[0], len(data)), "to the end of the draft"
+            break
         kinds, context = _ROUNDS[min(step, 3) - 2]
         found = enclosing(anchor, kinds, data, span, DEFINITIONS if step == 2 else None)
         if found is not None:
@@ -247,31 +260,6 @@ def remasked_canvas(
     return torch.tensor([*prompt_ids, *answer], dtype=torch.long), regions
 
 
-# Names a span defines (Python, JavaScript, Rust, Go, C-like, ...): a repair keeps them.
-DEFINED = re.compile(r"\b(?:def|class|function|fn|func|struct|interface|enum|trait)\s+([A-Za-z_]\w*)")
-
-
-# A line holding only a comment (Python / shell, C-like, CSS, HTML, SQL / Lua); it is not code.
-COMMENT_LINE = re.compile(r"\s*(#|//|/\*|\*|<!--|--)")
-
-
-def code_lines(text: str) -> int:
-    """Lines holding code: not blank, not only a comment."""
-    return sum(1 for line in text.splitlines() if line.strip() and not COMMENT_LINE.match(line))
-
-
-def deleted(old: str, new: str) -> bool:
-    """Whether a span's new text drops the code it replaces: blank or only comments where there was
-    code, under half its code lines where there were three or more, or without a function or type
-    name the old text defined (the model replacing a function with an unrelated stub). Such a
-    result can have fewer issues, but it is not a repair.
-    Example: deleted("def add(a, b):\n    return a +", "def get(self):\n    return 1") -> True."""
-    before, after = code_lines(old), code_lines(new)
-    if (before > 0 and after == 0) or (before >= 3 and 2 * after < before):
-        return True
-    return not set(DEFINED.findall(old)) <= set(DEFINED.findall(new))
-
-
 def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
     """data with each span's bytes replaced by its new text; every other byte copied as is."""
     out, at = [], 0
@@ -280,21 +268,6 @@ def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
         at = span.end_byte
     out.append(data[at:])
     return b"".join(out).decode()
-
-
-def narrowest(old: str, new: str, language: str, found: list[Issue]) -> tuple[str, list[Issue], int]:
-    """new with every changed line that the fix does not need put back as it was in old: a widened
-    round re-masks a statement or block, and the model rewrites lines that were fine. A line goes
-    back when that adds no issue. Returns the text, its issues and the lines put back.
-    Example: old "x = (1\ny = 2\n", new "x = (1)\ny = 3\n" -> "x = (1)\ny = 2\n", 1 line put back."""
-    before, lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    put_back = 0
-    for i1, i2, j1, j2 in reversed(hunks(before, lines)):  # from the end: earlier indices stay valid
-        trial = lines[:j1] + before[i1:i2] + lines[j2:]
-        issues = find_issues("".join(trial), language)
-        if len(issues) <= len(found):
-            lines, found, put_back = trial, issues, put_back + max(1, i2 - i1)
-    return "".join(lines), found, put_back
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,10 +282,12 @@ def repair(
     config: SamplerConfig,
     rounds: int = 3,
     tries: int = REPAIR_TRIES,
+    origin: Origin = "file",
 ) -> Iterator[Event]:
     """Re-mask the spans around code's syntax issues and let the sampler fill them again, widening
     the spans each round; each round fills its masks up to `tries` times until a result is kept.
-    Yields every sampler Step, a RepairRound after each try, then Repaired.
+    `origin` says who wrote code (see Origin): it decides what a round may change. Yields every
+    sampler Step, a RepairRound after each try, then Repaired.
 
     Text outside the re-masked spans is copied byte for byte; a round's result is kept only if it
     has fewer issues than the best so far. An unknown language (or a grammar that will not load)
@@ -343,7 +318,8 @@ def repair(
         ids, offsets = tokenize(model.tokenizer, best)
         root = Parser(language_of(name)).parse(data).root_node
         hint = compile_issue(best, data) if name == "python" else None
-        spans = snap(offsets, [widen(data, root, issue, number, hint) for issue in best_issues])
+        spans = snap(offsets, [widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
+        blamed = {data.count(b"\n", 0, focus_line(data, issue, hint)[0]) for issue in best_issues}
         canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
         if not spans or len(canvas) > facts.max_length:
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
@@ -355,25 +331,28 @@ def repair(
         for a, b in regions:
             fill[a:b] = True
         for attempt in range(1, tries + 1):
-            run = config if attempt == 1 else retry(config, attempt)
+            run = config if attempt == 1 and not replays(facts, origin) else retry(config, attempt)
             last: Step | None = None
             for last in denoise(model, canvas, len(prompt_ids), run, fill=fill):
                 yield last
             assert last is not None  # every span holds at least room(0) = 2 masks
 
             # 3) splice the new spans into the old text, check again, put back lines the fix did not need
-            texts = [
-                model.tokenizer.decode([t for t in last.canvas[a:b].tolist() if t not in drop]) for a, b in regions
-            ]
+            texts = [fill_text(model, last.canvas[a:b].tolist(), drop, b == len(canvas)) for a, b in regions]
             candidate = splice(data, spans, texts)
             found = find_issues(candidate, language)
             erased = any(
-                deleted(data[s.start_byte : s.end_byte].decode(), t) for s, t in zip(spans, texts, strict=True)
+                deleted(data[s.start_byte : s.end_byte].decode(), t, names=origin != "draft")
+                for s, t in zip(spans, texts, strict=True)
             )
             kept = not erased and len(found) < len(best_issues)
             restored = 0
             if kept:
                 candidate, found, restored = narrowest(best, candidate, language, found)
+                # a user's file: only the blamed lines change, and no line that was fine breaks
+                kept = origin != "file" or (
+                    confined(best, candidate, blamed) and progress(best, best_issues, candidate, found)
+                )
             history.append(
                 RepairRound(
                     round=number,
@@ -405,6 +384,23 @@ def repair(
         seconds=time.perf_counter() - began,
         note=note,
     )
+
+
+def replays(facts: ModelFacts, origin: Origin) -> bool:
+    """Whether a greedy fill would replay what the model wrote: a block-causal model fills a region
+    of its own draft or edit from the blocks before it, the context it wrote it from, so it would
+    write the same text again; its tries are all sampled. (A full-attention model reads both sides
+    of a region, and a user's file was not written by the model: greedy first.)"""
+    return facts.block is not None and origin != "file"
+
+
+def fill_text(model: Denoiser, ids: list[int], drop: set[int] | frozenset[int], last: bool) -> str:
+    """A region's new text: end, pad and mask tokens dropped; a region at the end of the canvas
+    (a redrafted tail) ends at its first end token, like a draft."""
+    if last:
+        ends = [i for i, t in enumerate(ids) if t in model.facts.eos_ids]
+        ids = ids[: ends[0]] if ends else ids
+    return str(model.tokenizer.decode([t for t in ids if t not in drop]))
 
 
 def retry(config: SamplerConfig, attempt: int) -> SamplerConfig:

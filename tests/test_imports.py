@@ -184,6 +184,7 @@ def test_the_walker_sees_the_package() -> None:
         ("dcode.config", set()),
         ("dcode.syntax", set()),
         ("dcode.linediff", set()),
+        ("dcode.fixes", {"dcode.syntax", "dcode.linediff"}),
         ("dcode.sampler", {"dcode.config", "dcode.models.base"}),
     ],
 )

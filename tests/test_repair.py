@@ -11,13 +11,13 @@ from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
+from dcode.fixes import confined, deleted, narrowest
 from dcode.linediff import hunks
+from dcode.models.base import ModelFacts
 from dcode.repair import (
     Repaired,
     RepairRound,
     byte_offsets,
-    deleted,
-    narrowest,
     repair,
     repaired,
     room,
@@ -48,9 +48,11 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
 
 
-def run(model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3, tries: int = 1) -> list:
+def run(
+    model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3, tries: int = 1, origin="file"
+) -> list:
     prompt = model.tokenizer.encode("# a helper module\n", add_special_tokens=False)
-    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds, tries=tries))
+    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds, tries=tries, origin=origin))
 
 
 def test_repair_fixes_the_span_and_copies_every_other_byte(tokenizer) -> None:
@@ -101,6 +103,65 @@ def test_narrowest_puts_back_the_lines_a_fix_does_not_need() -> None:
     assert hunks(["x = (1\n"], ["x = (1)\n", "w = 0\n"]) == [(0, 1, 0, 1), (1, 1, 1, 2)]
     assert hunks(["f(\n"], ["g\n", "f()\n"]) == [(0, 0, 0, 1), (0, 1, 1, 2)]  # paired where most alike
     assert narrowest("f(\n", "g\nf()\n", "python", []) == ("f()\n", [], 1)
+
+
+def test_a_fix_in_a_users_file_changes_only_the_lines_its_issues_blame(tokenizer) -> None:
+    # compile() blames line 1 (the "(" never closed); the fill of round 2 closes it on line 2.
+    broken = "print(1,\n      2\nbar = 3\n"
+    script = [*tokenizer.encode("print(1,\n      2)", add_special_tokens=False), EOS]
+    for origin, expected in (("file", broken), ("draft", broken.replace("2\n", "2)\n"))):
+        events = run(ScriptedDenoiser(tokenizer, script), broken, rounds=2, origin=origin)
+        assert events[-1].code == expected
+        assert [(r.round, r.issues_after) for r in events if isinstance(r, RepairRound)] == [(1, 1), (2, 0)]
+    assert confined("a(\nb\n", "a()\nb\n", {0}) and confined("a(\nb\n", "a()\nc = 0\nb\n", {0})
+    assert not confined("a(\nb\n", "a()\nc\n", {0})
+
+
+def test_a_partial_fix_must_not_break_a_line_that_was_fine() -> None:
+    from dcode.fixes import progress
+
+    old = "print(a b)\nprint(c d)\nprint(e f)\n"
+    before = find_issues(old, "python")
+    assert [i.line for i in before] == [1, 2, 3]
+    moved = "print(a)\nprint(c)\nprint(e)\ny 2\n"  # all three fixed, but a new line is broken
+    partial = "print(a)\nprint(c)\nprint(e f)\n"
+    assert progress(old, before, partial, find_issues(partial, "python"))
+    assert not progress(old, before, moved, find_issues(moved, "python"))
+
+
+def test_a_draft_is_redrafted_from_the_broken_statement_to_its_end(tokenizer) -> None:
+    from tree_sitter import Parser
+
+    draft = "def f(x):\n    y = (x\n    z = 1\n    return z\n"
+    data = draft.encode()
+    root = Parser(language_of("python")).parse(data).root_node
+    [issue] = find_issues(draft, "python")
+    start, end, why = widen(data, root, issue, 3, draft=True)
+    assert (start, end) == (data.index(b"def"), len(data)) and why.endswith("to the end of the draft")
+    # The redrafted tail ends at the model's first end token, like a draft.
+    fill = [*tokenizer.encode("def f(x):\n    y = x\n    return y", add_special_tokens=False), EOS, 40, 41]
+    events = run(ScriptedDenoiser(tokenizer, "    y = ((", "    y = ((", fill), draft, rounds=3, origin="draft")
+    from dcode.repair import fill_text
+
+    model, drop = ScriptedDenoiser(tokenizer, "x"), {EOS, PAD, MASK}
+    assert fill_text(model, fill, drop, last=True) == "def f(x):\n    y = x\n    return y"
+    assert fill_text(model, fill, drop, last=False).startswith("def f(x):\n    y = x\n    return y")
+    assert fill_text(model, fill, drop, last=False) != fill_text(model, fill, drop, last=True)
+    # the lines the fix did not need are put back ("z = 1" paired
+    # with "y = x" and "return z" with "return y", the broken line is deleted)
+    assert events[-1].code == "def f(x):\n    z = 1\n    return z\n"
+    assert [(r.round, r.kept) for r in events if isinstance(r, RepairRound)] == [(1, False), (2, False), (3, True)]
+
+
+def test_a_block_causal_model_samples_every_refill_of_its_own_text() -> None:
+    from dataclasses import replace
+
+    from dcode.repair import replays
+
+    full = ModelFacts("m", "f", 2, frozenset({1}), 0, False, None, 64, 10)
+    blocks = replace(full, block=8)
+    assert replays(blocks, "draft") and replays(blocks, "edit")
+    assert not replays(blocks, "file") and not replays(full, "draft")
 
 
 def test_a_fix_may_grow_by_the_room_and_no_further(tokenizer) -> None:
@@ -329,7 +390,7 @@ def test_repair_imports_only_what_sits_below_it() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     ours = {m for m in imported if m.split(".")[0] == "dcode"}
-    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base", "dcode.linediff"}
+    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base", "dcode.fixes"}
 
 
 def test_repair_benchmark_counts_bytes_left_in_place() -> None:

@@ -225,7 +225,7 @@ RepairTriesOption = Annotated[
         "--repair-tries",
         envvar="DCODE_REPAIR_TRIES",
         min=1,
-        help="Fillings per repair round: the first as configured, the rest sampled.",
+        help="Fillings per repair round until one helps, sampled with their own seeds.",
     ),
 ]
 LiveOption = Annotated[

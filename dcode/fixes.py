@@ -1,0 +1,76 @@
+"""Judging a repair's fill: did it delete code, did it change lines the issues do not blame, and
+which of its changed lines the fix did not need.
+
+Pure text plus dcode.syntax's checker: the repair pass calls these on each candidate. Knows
+nothing about tokens, models or files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+
+from dcode.linediff import hunks
+from dcode.syntax import Issue, find_issues
+
+# Names a span defines (Python, JavaScript, Rust, Go, C-like, ...): a repair keeps them.
+DEFINED = re.compile(r"\b(?:def|class|function|fn|func|struct|interface|enum|trait)\s+([A-Za-z_]\w*)")
+
+
+# A line holding only a comment (Python / shell, C-like, CSS, HTML, SQL / Lua); it is not code.
+COMMENT_LINE = re.compile(r"\s*(#|//|/\*|\*|<!--|--)")
+
+
+def code_lines(text: str) -> int:
+    """Lines holding code: not blank, not only a comment."""
+    return sum(1 for line in text.splitlines() if line.strip() and not COMMENT_LINE.match(line))
+
+
+def deleted(old: str, new: str, names: bool = True) -> bool:
+    """Whether a span's new text drops the code it replaces: blank or only comments where there was
+    code, under half its code lines where there were three or more, or (names=True) without a
+    function or type name the old text defined (the model replacing a function with an unrelated
+    stub; a draft's own names may change). Such a result can have fewer issues, but it is not a repair.
+    Example: deleted("def add(a, b):\n    return a +", "def get(self):\n    return 1") -> True."""
+    before, after = code_lines(old), code_lines(new)
+    if (before > 0 and after == 0) or (before >= 3 and 2 * after < before):
+        return True
+    return names and not set(DEFINED.findall(old)) <= set(DEFINED.findall(new))
+
+
+def narrowest(old: str, new: str, language: str, found: list[Issue]) -> tuple[str, list[Issue], int]:
+    """new with every changed line that the fix does not need put back as it was in old: a widened
+    round re-masks a statement or block, and the model rewrites lines that were fine. A line goes
+    back when that adds no issue. Returns the text, its issues and the lines put back.
+    Example: old "x = (1\ny = 2\n", new "x = (1)\ny = 3\n" -> "x = (1)\ny = 2\n", 1 line put back."""
+    before, lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    put_back = 0
+    for i1, i2, j1, j2 in reversed(hunks(before, lines)):  # from the end: earlier indices stay valid
+        trial = lines[:j1] + before[i1:i2] + lines[j2:]
+        issues = find_issues("".join(trial), language)
+        if len(issues) <= len(found):
+            lines, found, put_back = trial, issues, put_back + max(1, i2 - i1)
+    return "".join(lines), found, put_back
+
+
+def confined(old: str, new: str, lines: Collection[int]) -> bool:
+    """Whether new changes no line of old outside `lines` (0-based line numbers): lines may be
+    inserted anywhere, but every line replaced or removed is one of those. A user's file is
+    repaired on the lines its issues blame, and nowhere else.
+    Example: confined("a(\nb\n", "a()\nb\n", {0}) -> True; confined("a(\nb\n", "a()\nc\n", {0}) -> False."""
+    before, after = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    return all(set(range(i1, i2)) <= set(lines) for i1, i2, _, _ in hunks(before, after))
+
+
+def blamed_lines(text: str, issues: Sequence[Issue]) -> set[str]:
+    """The lines (stripped) that issues point at."""
+    lines = text.splitlines()
+    return {lines[i.line - 1].strip() for i in issues if 0 < i.line <= len(lines)}
+
+
+def progress(old: str, old_issues: Sequence[Issue], new: str, new_issues: Sequence[Issue]) -> bool:
+    """Whether new is a step forward from old: fewer issues, each on a line that was already
+    blamed. A fill that trades three issues for one at a line that was fine (a garbled `except`
+    moving the error up to the `def`) has fewer issues, but it broke something new.
+    Example: progress("a(\nb(\n", [line 1, line 2], "a()\nb(\n", [line 2]) -> True."""
+    return len(new_issues) < len(old_issues) and blamed_lines(new, new_issues) <= blamed_lines(old, old_issues)
