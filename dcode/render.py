@@ -45,7 +45,7 @@ class Frame:
     elapsed: float  # seconds of sampling so far
     language: str = "python"  # for syntax highlighting once settled
     settled: bool = False  # the answer is final: highlight it as code
-    repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th round
+    repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th filling (a round's tries each count)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -265,7 +265,7 @@ def render_status(frame: Frame, note: str = "") -> Text:
     A `note` ("paused") leads the line in reverse, so a narrow terminal crops the numbers instead."""
     parts = [
         f"pass {frame.forward}",
-        *([f"repair {frame.repair_round}"] if frame.repair_round else []),
+        *([f"repair fill {frame.repair_round}"] if frame.repair_round else []),
         "done" if frame.settled else f"{frame.masked} masked",
         f"{frame.tokens_per_pass:.1f} tok/pass",
         f"{frame.tokens_per_second:.0f} tok/s",

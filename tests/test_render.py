@@ -195,7 +195,7 @@ def test_describer_follows_a_repair_round_on_a_shorter_canvas():
     assert text.plain == "def add(a, b):\n    return a + b·\n"
     styles = {(span.start, span.end): span.style for span in text.spans}
     assert styles[(27, 31)] == COMMITTED_STYLE and styles[(31, 32)] == REMASK_STYLE  # one span per run
-    assert render_status(second).plain.startswith("m · cpu · pass 3 · repair 1 · 1 masked · 4.7 tok/pass")
+    assert render_status(second).plain.startswith("m · cpu · pass 3 · repair fill 1 · 1 masked · 4.7 tok/pass")
 
 
 def test_describer_needs_start_or_length():
