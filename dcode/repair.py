@@ -1,12 +1,12 @@
 """The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
 
 Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its focus
-line, the enclosing statement and the line before, the enclosing block), building the re-masked
-canvas, trying a round again with sampled seeds, splicing the regenerated spans back into the
-text, and putting back the lines a fix did not need. Checking is dcode.syntax's job and sampling is
-dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
-Knows nothing about prompt templates, files or the terminal.
-"""
+line, the enclosing statement and the line before, the enclosing block, or for a draft the rest of
+it), building the re-masked canvas, trying a round again with sampled seeds, and splicing the
+regenerated spans back into the text. Checking is dcode.syntax's job, judging a fill (deleted code,
+unblamed lines, lines the fix did not need) dcode.fixes', and sampling dcode.sampler's; this module
+only decides which positions to re-mask and consumes denoise(). Knows nothing about prompt
+templates, files or the terminal."""
 
 from __future__ import annotations
 

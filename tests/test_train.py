@@ -1006,3 +1006,17 @@ def test_training_curve_draws_the_log_and_marked_steps(tmp_path: Path) -> None:
     assert lines["step 4: data rebuilt"] == [0.004, 0.004]  # at the tokens of step 4, in millions
     assert lines["switch to block-diffusion training"] == [0.003, 0.003]
     assert not any("past the log" in label for label in lines)
+
+
+def test_checkpoints_benchmark_compares_models_on_validation_requests(data_folder: Path, tmp_path: Path) -> None:
+    from conftest import benchmark_module
+
+    checkpoints = benchmark_module("checkpoints.py")
+    prompts = checkpoints.requests(data_folder, 3)
+    assert len(prompts) == len(set(prompts)) == 3 and prompts == checkpoints.requests(data_folder, 3)
+    valid = Examples.load(data_folder / "valid.npz")
+    assert all(p.strip() for p in prompts) and len(valid) >= 3
+    args = ["dcode-tiny", "--data", str(data_folder), "--prompts", "2", "--length", "16"]
+    report = checkpoints.main([*args, "--json", str(tmp_path / "out.json")])
+    assert list(report) == ["dcode-tiny"] and report["dcode-tiny"]["prompts"] == 2
+    assert json.loads((tmp_path / "out.json").read_text())["prompts"] == prompts[:2]
