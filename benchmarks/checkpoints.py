@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -27,24 +26,14 @@ from sampling import run  # noqa: E402
 
 from dcode.config import SamplerConfig  # noqa: E402
 from dcode.models import apply_defaults, load  # noqa: E402
+from dcode.train import distill  # noqa: E402
 from dcode.train.data import Examples  # noqa: E402
 
 
 def requests(data: Path, count: int, seed: int = 0) -> list[str]:
-    """`count` prompts of the validation split (up to 200 characters), drawn with a fixed seed, one
-    per distinct text, decoded with the data folder's own tokenizer."""
+    """`count` distinct prompts of data's validation split, drawn with a fixed seed."""
     tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
-    valid = Examples.load(data / "valid.npz")
-    order = list(range(len(valid)))
-    random.Random(seed).shuffle(order)
-    out: list[str] = []
-    for i in order:
-        text = tokenizer.decode(valid.prompt(i).tolist(), skip_special_tokens=False).strip()
-        if text and text not in out and len(text) <= 200:
-            out.append(text)
-        if len(out) == count:
-            break
-    return out
+    return distill.requests(Examples.load(data / "valid.npz"), tokenizer, count, seed)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:

@@ -16,7 +16,6 @@ import argparse
 import json
 import re
 import time
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.models import apply_defaults, load
+from dcode.syntax import is_real_code  # noqa: F401 (training_recipes.py and repair.py import it from here)
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 # Each row sets these fields; the model's own defaults (dcode-tiny: its repetition penalty) fill
@@ -36,19 +36,6 @@ SETTINGS: dict[str, dict[str, object]] = {
     "entropy-bound": {"rule": "entropy-bound", "entropy_bound": 0.1},
     "0.7-no-penalty": {"rule": "threshold", "threshold": 0.7, "repetition_penalty": 1.0},
 }
-
-
-def is_real_code(code: str) -> bool:
-    """At least two non-blank lines that compile() accepts (an empty output compiles but is not code)."""
-    if sum(1 for line in code.splitlines() if line.strip()) < 2:
-        return False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            compile(code, "<bench>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 # Words of a request that say nothing about what to write.

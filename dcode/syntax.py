@@ -281,3 +281,19 @@ def _issue(data: bytes, kind: IssueKind, start: int, end: int, point: int, node_
 def _overlaps(issue: Issue, span: tuple[int, int]) -> bool:
     """Whether the issue's span touches the (inclusive-ended) byte span."""
     return issue.start_byte <= span[1] and issue.end_byte >= span[0]
+
+
+def is_real_code(code: str) -> bool:
+    """Python that is worth calling code: at least two non-blank lines that compile() accepts (an
+    empty output compiles but is no answer). The benchmarks' "real code" and the filter on the
+    model's own answers in self-distillation (dcode.train.distill).
+    Example: is_real_code("x = 1\ny = 2\n") -> True; is_real_code("x = 1\n") -> False."""
+    if sum(1 for line in code.splitlines() if line.strip()) < 2:
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, "<real code>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True

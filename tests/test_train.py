@@ -1020,3 +1020,33 @@ def test_checkpoints_benchmark_compares_models_on_validation_requests(data_folde
     report = checkpoints.main([*args, "--json", str(tmp_path / "out.json")])
     assert list(report) == ["dcode-tiny"] and report["dcode-tiny"]["prompts"] == 2
     assert json.loads((tmp_path / "out.json").read_text())["prompts"] == prompts[:2]
+
+
+def test_distill_keeps_the_models_real_code_answers_mixes_human_units_and_resumes(
+    data_folder: Path, tmp_path: Path
+) -> None:
+    from conftest import TINY_EOS, ScriptedDenoiser
+    from transformers import AutoTokenizer
+
+    from dcode.config import SamplerConfig
+    from dcode.models import EMBEDDED
+    from dcode.train import distill
+
+    hf = AutoTokenizer.from_pretrained(EMBEDDED)
+    model = ScriptedDenoiser(hf, [*hf.encode("def f(x):\n    return x", add_special_tokens=False), TINY_EOS])
+    out = tmp_path / "distill"
+    quiet = {"log": lambda line: None, "config": SamplerConfig(rule="threshold")}  # the fake writes all in one pass
+    assert distill.build(model, data_folder, out, count=4, length=24, **quiet) == (4, 4)
+    examples = Examples.load(out / "train.npz")
+    assert len(examples) == 8  # the 4 answers, then 4 human units
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer" / "tokenizer.json"))
+    assert tokenizer.decode(examples.code(0).tolist()) == "def f(x):\n    return x\n"
+    assert examples.code(0)[-1] == tokenizer.token_to_id(EOS)
+    assert (out / "valid.npz").read_bytes() == (data_folder / "valid.npz").read_bytes()
+    # the same command again asks nothing: every answer is in answers.jsonl
+    passes = model.forwards
+    assert distill.build(model, data_folder, out, count=4, length=24, **quiet) == (4, 4)
+    assert model.forwards == passes
+    # an answer that is not real code (one line) is not kept
+    one_line = ScriptedDenoiser(hf, [*hf.encode("x = 1", add_special_tokens=False), TINY_EOS])
+    assert distill.build(one_line, data_folder, tmp_path / "other", count=2, length=8, **quiet) == (0, 2)

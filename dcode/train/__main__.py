@@ -4,6 +4,7 @@ python -m dcode.train data                 # corpus -> .train/data (dcode-tiny's
 python -m dcode.train fit --minutes 60     # resumes from .train/run/checkpoint.pt
 python -m dcode.train export               # EMA weights -> dcode/assets/dcode-tiny
 python -m dcode.train pack --out .train/gpu # the data, compact, for a GPU machine (benchmarks/gpu_train.sh)
+python -m dcode.train distill --out .train/distill   # the model's own answers as data (docs/dcode-tiny.md)
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from dcode.models import EMBEDDED
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m dcode.train")
-    parser.add_argument("command", choices=["data", "fit", "export", "pack"])
+    parser.add_argument("command", choices=["data", "fit", "export", "pack", "distill"])
     parser.add_argument("--data", type=Path, default=Path(".train/data"))
     parser.add_argument("--run", type=Path, default=Path(".train/run"))
     parser.add_argument("--out", type=Path, default=EMBEDDED)
     parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--requests", type=int, default=3000, help="distill: requests to ask --model")
+    parser.add_argument("--model", type=Path, default=EMBEDDED, help="distill: the model whose answers are kept")
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument(
         "--new-tokenizer",
@@ -57,6 +60,14 @@ def main() -> None:
         from dcode.train.data import pack
 
         pack(args.data, args.out)
+        return
+    if args.command == "distill":
+        if args.out == EMBEDDED:
+            parser.error("distill needs --out FOLDER (where its data folder goes)")
+        from dcode.models import load
+        from dcode.train.distill import build as distill
+
+        distill(load(str(args.model)), args.data, args.out, args.requests)
         return
     from dataclasses import replace
 
