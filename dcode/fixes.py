@@ -62,15 +62,16 @@ def confined(old: str, new: str, lines: Collection[int]) -> bool:
     return all(set(range(i1, i2)) <= set(lines) for i1, i2, _, _ in hunks(before, after))
 
 
-def blamed_lines(text: str, issues: Sequence[Issue]) -> set[str]:
-    """The lines (stripped) that issues point at."""
+def complaints(text: str, issues: Sequence[Issue]) -> set[tuple[str, str]]:
+    """Each issue as (message, the text of its line, stripped): what it says about which line."""
     lines = text.splitlines()
-    return {lines[i.line - 1].strip() for i in issues if 0 < i.line <= len(lines)}
+    return {(i.message, lines[i.line - 1].strip() if 0 < i.line <= len(lines) else "") for i in issues}
 
 
 def progress(old: str, old_issues: Sequence[Issue], new: str, new_issues: Sequence[Issue]) -> bool:
-    """Whether new is a step forward from old: fewer issues, each on a line that was already
-    blamed. A fill that trades three issues for one at a line that was fine (a garbled `except`
-    moving the error up to the `def`) has fewer issues, but it broke something new.
-    Example: progress("a(\nb(\n", [line 1, line 2], "a()\nb(\n", [line 2]) -> True."""
-    return len(new_issues) < len(old_issues) and blamed_lines(new, new_issues) <= blamed_lines(old, old_issues)
+    """Whether new is a step forward from old: fewer issues, and each one left was there before
+    (the same message about the same line). A fill that trades two issues for one it caused has
+    fewer issues but broke something new: `els:` refilled as `________()` leaves an "unexpected
+    indent" under it.
+    Example: progress("a(\nb(\n", [two issues], "a()\nb(\n", [b's issue as before]) -> True."""
+    return len(new_issues) < len(old_issues) and complaints(new, new_issues) <= complaints(old, old_issues)

@@ -319,7 +319,13 @@ def repair(
         root = Parser(language_of(name)).parse(data).root_node
         hint = compile_issue(best, data) if name == "python" else None
         spans = snap(offsets, [widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
-        blamed = {data.count(b"\n", 0, focus_line(data, issue, hint)[0]) for issue in best_issues}
+        # the lines a fix in a user's file may change: compile()'s line where Python has one (the
+        # grammar's other errors follow from it), else every issue's focus line
+        blamed = (
+            {data.count(b"\n", 0, hint.start_byte)}
+            if hint
+            else {data.count(b"\n", 0, focus_line(data, issue, None)[0]) for issue in best_issues}
+        )
         canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
         if not spans or len(canvas) > facts.max_length:
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
