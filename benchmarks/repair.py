@@ -18,21 +18,16 @@ import argparse
 import ast
 import json
 import random
-import sys
 import sysconfig
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
-
-from sampling import is_real_code  # noqa: E402
-
-from dcode import pipeline  # noqa: E402
-from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig  # noqa: E402
-from dcode.models import apply_defaults, load  # noqa: E402
-from dcode.repair import Repaired  # noqa: E402
-from dcode.syntax import find_issues  # noqa: E402
+from dcode import pipeline
+from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
+from dcode.models import apply_defaults, load
+from dcode.repair import Repaired
+from dcode.syntax import find_issues, is_real_code
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
@@ -60,7 +55,7 @@ def generation(model, prompts: list[str], length: int, config: SamplerConfig, tr
         "prompts": n,
         "valid_without_repair": valid_raw / n,
         "valid_with_repair": valid_fixed / n,
-        "real_code_without_repair": real_raw / n,  # valid and 2+ non-blank lines (benchmarks/sampling.py)
+        "real_code_without_repair": real_raw / n,  # valid and 2+ non-blank lines (dcode.syntax.is_real_code)
         "real_code_with_repair": real_fixed / n,
         "mean_rounds": rounds / n,
         "share_of_tokens_regenerated": regenerated / max(1, tokens),

@@ -24,7 +24,7 @@ import torch
 from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.models import apply_defaults, load
-from dcode.syntax import is_real_code  # noqa: F401 (training_recipes.py and repair.py import it from here)
+from dcode.syntax import is_real_code
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 # Each row sets these fields; the model's own defaults (dcode-tiny: its repetition penalty) fill

@@ -32,12 +32,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
 
-from sampling import PROMPTS, is_real_code, key_word_share, summary  # noqa: E402
+from sampling import PROMPTS, key_word_share, summary  # noqa: E402
 from sampling import run as run_diffusion  # noqa: E402
 
 from dcode import pipeline  # noqa: E402
 from dcode.config import SamplerConfig  # noqa: E402
 from dcode.models import EMBEDDED, load  # noqa: E402
+from dcode.syntax import is_real_code  # noqa: E402
 from dcode.train.train import TrainConfig, Trainer  # noqa: E402
 
 # Share of the budget dcode-tiny's recipe spends on autoregressive pretraining (its run: 6.5M of

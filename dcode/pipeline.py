@@ -142,7 +142,7 @@ def new(
     code = text.strip("\n") + "\n" if text.strip() else ""
     seconds = time.perf_counter() - began
     repaired: Repaired | None = None
-    for event in repair(model, ids, code, language, config, rounds=repair_rounds, tries=repair_tries, origin="draft"):
+    for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, origin="draft"):
         if isinstance(event, Repaired):
             repaired = event
         else:
@@ -354,7 +354,7 @@ def edit(
     repaired: Repaired | None = None
     used = False
     if found is not None and found[0] and repair_rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, "edit"):
+        for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, origin="edit"):
             if isinstance(event, Repaired):
                 repaired = event
             else:

@@ -91,8 +91,8 @@ Event = Step | RepairRound | Repaired
 
 # Who wrote the text being repaired. "draft": the model, the whole answer (dcode new): a fix may
 # redraft it from the broken statement on and rename what it defines. "edit": the model, a region
-# of a user's file. "file": the user (dcode repair): a fix may change only the lines its issues
-# blame (lines may be inserted), and is tried greedily first.
+# of a user's file. "file": the user (dcode repair): a fix may change only the blamed lines (see
+# blamed_lines; lines may be inserted), a partial fix must not add an issue, and greedy refills come first.
 Origin = Literal["draft", "edit", "file"]
 
 
@@ -181,6 +181,14 @@ def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]
         if first <= hint.start_byte <= last:
             return line_span(data, hint.start_byte)
     return line_span(data, line_start(data, issue.line))
+
+
+def blamed_lines(data: bytes, issues: Sequence[Issue], hint: Issue | None) -> set[int]:
+    """The 0-based lines a fix in a user's file may change: the line compile() blames where Python
+    has one (the grammar's other errors follow from it), else every issue's focus line."""
+    if hint is not None:
+        return {data.count(b"\n", 0, hint.start_byte)}
+    return {data.count(b"\n", 0, focus_line(data, issue, None)[0]) for issue in issues}
 
 
 def widen(
@@ -319,13 +327,6 @@ def repair(
         root = Parser(language_of(name)).parse(data).root_node
         hint = compile_issue(best, data) if name == "python" else None
         spans = snap(offsets, [widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
-        # the lines a fix in a user's file may change: compile()'s line where Python has one (the
-        # grammar's other errors follow from it), else every issue's focus line
-        blamed = (
-            {data.count(b"\n", 0, hint.start_byte)}
-            if hint
-            else {data.count(b"\n", 0, focus_line(data, issue, None)[0]) for issue in best_issues}
-        )
         canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
         if not spans or len(canvas) > facts.max_length:
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
@@ -357,7 +358,8 @@ def repair(
                 candidate, found, restored = narrowest(best, candidate, language, found)
                 # a user's file: only the blamed lines change, and no line that was fine breaks
                 kept = origin != "file" or (
-                    confined(best, candidate, blamed) and progress(best, best_issues, candidate, found)
+                    confined(best, candidate, blamed_lines(data, best_issues, hint))
+                    and progress(best, best_issues, candidate, found)
                 )
             history.append(
                 RepairRound(

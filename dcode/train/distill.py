@@ -20,13 +20,14 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
 from tokenizers import Tokenizer
 
+from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.models.base import Denoiser
+from dcode.syntax import is_real_code
 from dcode.train.corpus import Unit
-from dcode.train.data import Examples, encode_units
+from dcode.train.data import Examples, encode_units, flat
 
 LONGEST_REQUEST = 200  # characters: longer prompts are whole module docstrings, not requests
 # How the answers are sampled: one token per pass, greedy, the model's most careful decoding.
@@ -50,22 +51,13 @@ def requests(examples: Examples, tokenizer: Tokenizer, count: int, seed: int) ->
 
 def join(parts: Sequence[tuple[Examples, Sequence[int]]]) -> Examples:
     """The chosen units of several Examples, in order, as one."""
-    prompts = [ex.prompt(i) for ex, chosen in parts for i in chosen]
-    codes = [ex.code(i) for ex, chosen in parts for i in chosen]
-
-    def offsets(arrays: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum([len(a) for a in arrays])]).astype(np.int64)
-
-    def tokens(arrays: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(arrays).astype(np.int32) if arrays else np.zeros(0, np.int32)
-
-    return Examples(tokens(prompts), offsets(prompts), tokens(codes), offsets(codes))
+    prompts = [ex.prompt(i).tolist() for ex, chosen in parts for i in chosen]
+    codes = [ex.code(i).tolist() for ex, chosen in parts for i in chosen]
+    return Examples(*flat(prompts), *flat(codes))
 
 
 def answer(model: Denoiser, request: str, length: int, config: SamplerConfig) -> str:
     """The model's answer to request as `dcode new --no-repair` writes it with config."""
-    from dcode import pipeline
-
     events = pipeline.new(model, request, "python", length, config, repair_rounds=0)
     return next(e for e in events if isinstance(e, pipeline.Finished)).code
 
@@ -84,8 +76,6 @@ def build(
     out/ (tokenizer, train.npz: those answers plus as many human train units, valid.npz: data's
     own). Answers go to out/answers.jsonl as they come, so a stopped run resumes where it was.
     Returns (answers kept, requests asked)."""
-    from dcode.syntax import is_real_code
-
     tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
     train = Examples.load(data / "train.npz")
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +83,7 @@ def build(
     shutil.copy(data / "valid.npz", out / "valid.npz")
     # 1) the model's answers, appended one line each
     path = out / "answers.jsonl"
-    done = {row["request"]: row for row in map(json.loads, path.open())} if path.exists() else {}
+    done = {row["request"]: row for row in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
     with path.open("a", encoding="utf-8") as file:
         for request in requests(train, tokenizer, count, seed):
             if request in done:
