@@ -9,11 +9,14 @@
 #      benchmarks/gpu_check.sh's random ~100M checkpoints of every family, for at most CHECK_BUDGET
 #      seconds and never past DEADLINE seconds from the start.
 #
-# Here, before the call (data and start weights travel with the tree: about 32 MB, ignored by git):
+# Here, before the call (data, start weights and the tree-sitter wheels the machine lacks travel with
+# the tree: about 35 MB, ignored by git; `pip list | grep tree-sitter` gives the NAME==VERSION list):
 #     python -m dcode.train pack --out .train/gpu
 #     python -m dcode.train export --run .train/run --out .train/gpu-init --dtype float16
+#     python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl tree-sitter==... ...
 # The call (the device tool sets $OUT):
-#     run(command="bash benchmarks/gpu_session.sh", carry=[".train/gpu", ".train/gpu-init"], timeout_s=570)
+#     run(command="bash benchmarks/gpu_session.sh", carry=[".train/gpu", ".train/gpu-init", ".whl"], timeout_s=570)
 # What comes back is at most 8 files of at most 16 MB, so $OUT holds one tar per model and one of logs,
 # each written as soon as its part ends (a call cut short still returns the parts that finished):
 #     dcode-tiny.tar (the trained model folder, float16), ar-<tokens>M.tar (a yardstick folder each),
@@ -34,6 +37,13 @@ DEADLINE=${DEADLINE:-530}  # seconds after the start by which gpu_check.sh must 
 PYTHON=${PYTHON:-python3}
 WORK=${WORK:-/tmp/dcode-gpu-session}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 PYTHON
+# dcode from this checkout (the machine's Python has torch and transformers, not dcode), and the
+# wheels carried in .whl (tree-sitter: `dcode new` checks every draft, even with repair off).
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/dcode-site .whl/*.whl &&
+        export PYTHONPATH="$PYTHONPATH:/tmp/dcode-site"
+fi
 mkdir -p "$OUT" "$WORK/bd" "$WORK/ar" "$WORK/check" "$WORK/logs"
 began=$SECONDS
 

@@ -42,8 +42,8 @@ from dcode.train.train import TrainConfig, Trainer  # noqa: E402
 
 
 def label(tokens: int) -> str:
-    """Folder name of an export at `tokens` tokens seen. Example: label(31_400_000) == 'ar-31.4M'."""
-    return f"ar-{tokens / 1e6:.1f}M"
+    """Folder name of an export at `tokens` tokens seen. Example: label(34_619_392) == 'ar-34.62M'."""
+    return f"ar-{tokens / 1e6:.4g}M"
 
 
 def export_best(trainer: Trainer, out: Path) -> dict:
@@ -58,8 +58,8 @@ def export_best(trainer: Trainer, out: Path) -> dict:
     return record
 
 
-def train(args: argparse.Namespace) -> list[dict]:
-    cfg = replace(TrainConfig(), ar_tokens=NEVER, batch=args.batch)
+def train(args: argparse.Namespace, config: TrainConfig) -> list[dict]:
+    cfg = replace(config, ar_tokens=NEVER, batch=args.batch)
     trainer = Trainer(args.data, args.run, cfg, device=args.device)
     args.run.mkdir(parents=True, exist_ok=True)
     milestones = sorted(int(float(m)) for m in args.milestones.split(",") if m.strip())
@@ -91,7 +91,8 @@ def evaluate(args: argparse.Namespace) -> dict[str, dict]:
     report: dict[str, dict] = {}
     for folder in args.folders:
         trained = json.loads((folder / "config.json").read_text()).get("dcode_training", {})
-        report[folder.name] = {"tokens_seen": trained.get("tokens_seen"), **run_autoregressive(folder, prompts, args.length)}
+        scores = run_autoregressive(folder, prompts, args.length)
+        report[folder.name] = {"tokens_seen": trained.get("tokens_seen"), **scores}
     shipped = load(None)
     trained = json.loads((EMBEDDED / "config.json").read_text())["dcode_training"]
     config = apply_defaults(SamplerConfig(), shipped.facts.defaults, ())  # what `dcode new` runs
@@ -107,11 +108,13 @@ def evaluate(args: argparse.Namespace) -> dict[str, dict]:
             f"{r['real_code_rate']:>11.0%}{r['key_words_rate']:>11.0%}{r['wall_seconds'] / len(prompts):>10.2f}"
         )
     if args.json:
-        args.json.write_text(json.dumps({"prompts": len(prompts), "length": args.length, "models": report}, indent=2) + "\n")
+        summary = {"prompts": len(prompts), "length": args.length, "models": report}
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return report
 
 
-def main(argv: list[str] | None = None) -> object:
+def main(argv: list[str] | None = None, config: TrainConfig | None = None) -> object:
+    """`config`: the model and training settings (dcode-tiny's by default; the tests pass tiny ones)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train to token milestones and export at each")
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> object:
     e.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.command == "train":
-        return train(args)
+        return train(args, config or TrainConfig())
     if args.threads:
         torch.set_num_threads(args.threads)
     return evaluate(args)

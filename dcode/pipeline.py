@@ -79,8 +79,14 @@ Event = Step | RepairRound | Repaired | Finished
 
 
 def template(name: str) -> str:
-    """A prompt template shipped in dcode/prompts (the repo's top-level prompts/ folder)."""
-    return resources.files("dcode.prompts").joinpath(f"{name}.txt").read_text(encoding="utf-8")
+    """A prompt template shipped in dcode/prompts (the repo's top-level prompts/ folder, which an
+    installed package maps there; a checkout run without installing, as on a lent GPU machine, reads
+    the folder itself)."""
+    try:
+        folder = resources.files("dcode.prompts")
+    except ModuleNotFoundError:
+        folder = resources.files("dcode").joinpath("..", "prompts")
+    return folder.joinpath(f"{name}.txt").read_text(encoding="utf-8")
 
 
 def prompt_ids(model: Denoiser, request: str, language: str) -> list[int]:

@@ -1050,3 +1050,29 @@ def test_distill_keeps_the_models_real_code_answers_mixes_human_units_and_resume
     # an answer that is not real code (one line) is not kept
     one_line = ScriptedDenoiser(hf, [*hf.encode("x = 1", add_special_tokens=False), TINY_EOS])
     assert distill.build(one_line, data_folder, tmp_path / "other", count=2, length=8, **quiet) == (0, 2)
+
+
+def test_yardstick_trains_to_milestones_exports_each_and_scores_them(data_folder: Path, tmp_path: Path) -> None:
+    """benchmarks/yardstick.py: autoregressive steps only, an export (loadable, counters in its
+    config) each time the tokens seen pass a milestone, then greedy answers scored beside dcode-tiny."""
+    from conftest import benchmark_module
+
+    from dcode import models
+
+    yardstick = benchmark_module("yardstick.py")
+    out = tmp_path / "out"
+    args = ["train", "--data", str(data_folder), "--run", str(tmp_path / "run"), "--out", str(out)]
+    exported = yardstick.main(args + ["--batch", "2", "--milestones", "100,300", "--minutes", "1"], CONFIG)
+
+    step = CONFIG.context * 2  # tokens per step: 2 rows of the AR context
+    assert [e["tokens"] for e in exported] == [step, 3 * step]  # the first steps past 100 and 300
+    assert sorted(p.name for p in out.iterdir()) == [yardstick.label(step), yardstick.label(3 * step)]
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert {r["phase"] for r in log} == {"ar"}
+    folder = out / yardstick.label(3 * step)
+    assert json.loads((folder / "config.json").read_text())["dcode_training"]["tokens_seen"] == 3 * step
+    assert models.load(str(folder)).facts.block == CONFIG.block
+
+    report = yardstick.main(["evaluate", str(folder), "--limit", "1", "--length", "8"])
+    assert list(report) == [folder.name, "dcode-tiny (its defaults)"]
+    assert report[folder.name]["tokens_per_forward"] <= 1.0  # one token per call, token by token
