@@ -100,6 +100,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--no-cache", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--thresholds", default="", help="more threshold rows, e.g. 0.5,0.3")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -108,8 +109,11 @@ def main() -> None:
     if args.limit:
         prompts = prompts[: args.limit]
     model = load(args.model)
+    settings = dict(SETTINGS)
+    for value in filter(None, (t.strip() for t in args.thresholds.split(","))):
+        settings[f"threshold-{float(value):g}"] = {"rule": "threshold", "threshold": float(value)}
     results = {}
-    for name, fields in SETTINGS.items():
+    for name, fields in settings.items():
         config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]
         results[name] = run(model, prompts, args.length, replace(config, cache=not args.no_cache))
     base = results["one-per-pass"]
