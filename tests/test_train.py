@@ -36,7 +36,17 @@ from dcode.models.qwen2 import block_causal_mask
 from dcode.train import corpus
 from dcode.train.data import MAX_CODE, MAX_PROMPT, Batcher, Examples, build, encode_units
 from dcode.train.tokenizer import CODE, EOS, MASK, PAD, PROMPT, SPECIAL_TOKENS, save_tokenizer, train_tokenizer
-from dcode.train.train import TrainConfig, Trainer, ar_loss, bd_loss, model_config, noise, two_copy_mask
+from dcode.train.train import (
+    TrainConfig,
+    Trainer,
+    ar_loss,
+    bd_logits,
+    bd_loss,
+    certainty_term,
+    model_config,
+    noise,
+    two_copy_mask,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Shared parts
@@ -694,6 +704,41 @@ def test_bd_loss_equals_a_position_by_position_reference(tiny_model: Qwen2ForCau
     expected = reference_bd_loss(tiny_model, ids, masked, MASK_ID, block)
     assert loss.shape == ()
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=0)
+
+
+def test_certainty_term_is_the_mean_entropy_of_the_right_rows() -> None:
+    logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
+    targets = torch.tensor([0, 2, 2])  # rows 0 and 2 right, row 1 wrong
+    p = logits[[0, 2]].softmax(-1)
+    expected = -(p * p.log()).sum(-1).mean()
+    torch.testing.assert_close(certainty_term(logits, targets), expected)
+    assert float(certainty_term(logits, torch.tensor([1, 0, 0]))) == 0.0  # none right
+
+
+@torch.no_grad()
+def test_bd_loss_with_certainty_forcing_adds_its_term(tiny_model: Qwen2ForCausalLM) -> None:
+    ids = random_ids(2, 12, seed=3)
+    answer = torch.zeros(2, 12, dtype=torch.bool)
+    answer[:, 2:] = True
+    masked = noise(ids, answer, 4, t_min=0.5, gen=torch.Generator().manual_seed(1))
+    logits, targets = bd_logits(tiny_model, ids, masked, MASK_ID, 4)
+    plain = bd_loss(tiny_model, ids, masked, MASK_ID, 4)
+    torch.testing.assert_close(plain, F.cross_entropy(logits, targets), atol=1e-5, rtol=0)
+    # targets set to the argmax where the logits stay the same: the last masked position of each
+    # row (no later position reads it, through either copy, since nothing after it is masked)
+    last = [int(masked[r].nonzero().max()) for r in range(2)]
+    for r, j in enumerate(last):
+        masked[r, j + 1 :] = False
+    logits, targets = bd_logits(tiny_model, ids, masked, MASK_ID, 4)
+    rows, cols = masked.nonzero(as_tuple=True)
+    for r, j in enumerate(last):
+        k = int(((rows == r) & (cols == j)).nonzero())
+        ids[r, j] = logits[k].argmax()
+    logits, targets = bd_logits(tiny_model, ids, masked, MASK_ID, 4)
+    assert int((logits.argmax(-1) == targets).sum()) >= 2
+    forced = bd_loss(tiny_model, ids, masked, MASK_ID, 4, certainty=0.5)
+    expected = F.cross_entropy(logits, targets) + 0.5 * certainty_term(logits, targets)
+    torch.testing.assert_close(forced, expected, atol=1e-5, rtol=0)
 
 
 @torch.no_grad()

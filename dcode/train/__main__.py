@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--init", type=Path, default=None, help="a model folder to start a new run from")
     parser.add_argument("--batch", type=int, default=None, help="rows of `context` tokens per step")
     parser.add_argument("--canvases", default=None, help="BD answer lengths, e.g. 64,128,256,512")
+    parser.add_argument("--certainty", type=float, default=None, help="fit: certainty-forcing weight (dParallel)")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32", help="export")
     parser.add_argument(
         "--weights",
@@ -80,6 +81,8 @@ def main() -> None:
         config = replace(config, batch=args.batch)
     if args.canvases is not None:
         config = replace(config, canvases=tuple(int(c) for c in args.canvases.split(",")))
+    if args.certainty is not None:
+        config = replace(config, certainty=args.certainty)
     trainer = Trainer(args.data, args.run, config, device=args.device, init=args.init)
     if args.command == "fit":
         trainer.fit(args.minutes)

@@ -60,6 +60,9 @@ class TrainConfig:
     weight_decay: float = 0.1
     ema: float = 0.998  # decay of the exported weight average
     t_min: float = 0.1  # lowest masking rate in the BD phase
+    # Weight of dParallel's certainty forcing in the BD loss: the mean entropy of the predictions
+    # that are already right (0 = the plain loss; self-distillation measures a value).
+    certainty: float = 0.0
     eval_every: int = 200  # steps between validation losses and checkpoints
     seed: int = 0
 
@@ -115,14 +118,10 @@ def noise(ids: torch.Tensor, answer: torch.Tensor, block: int, t_min: float, gen
     return masked
 
 
-def bd_loss(
-    model: Qwen2ForCausalLM,
-    ids: torch.Tensor,
-    masked: torch.Tensor,
-    mask_id: int,
-    block: int,
-) -> torch.Tensor:
-    """Mean cross-entropy on masked positions, noisy and clean copies in one forward."""
+def bd_logits(
+    model: Qwen2ForCausalLM, ids: torch.Tensor, masked: torch.Tensor, mask_id: int, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits (M, V) and targets (M,) of the masked positions, noisy and clean copies in one forward."""
     rows, length = ids.shape
     noisy = torch.where(masked, mask_id, ids)
     x = torch.cat([noisy, ids], dim=1)  # (B, 2T)
@@ -134,8 +133,30 @@ def bd_loss(
     source = col - 1
     crosses = (source // block) != (col // block)  # previous position in the clean earlier block
     source = torch.where(crosses, source + length, source)
-    logits = model.lm_head(hidden[row, source])  # (M, V)
-    return F.cross_entropy(logits.float(), ids[row, col])
+    return model.lm_head(hidden[row, source]).float(), ids[row, col]
+
+
+def certainty_term(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean entropy of the rows of logits (M, V) whose argmax is already the target (0 if none):
+    dParallel's certainty forcing (Chen et al., 2025) pushes those towards one-hot, so that a
+    threshold commits them together."""
+    right = logits.argmax(dim=-1) == targets  # (M,)
+    logp = logits[right].log_softmax(dim=-1)  # (R, V)
+    return -(logp.exp() * logp).sum() / max(1, int(right.sum()))
+
+
+def bd_loss(
+    model: Qwen2ForCausalLM,
+    ids: torch.Tensor,
+    masked: torch.Tensor,
+    mask_id: int,
+    block: int,
+    certainty: float = 0.0,
+) -> torch.Tensor:
+    """Mean cross-entropy on masked positions, plus `certainty` x certainty_term."""
+    logits, targets = bd_logits(model, ids, masked, mask_id, block)
+    loss = F.cross_entropy(logits, targets)
+    return loss + certainty * certainty_term(logits, targets) if certainty else loss
 
 
 class Trainer:
@@ -224,7 +245,9 @@ class Trainer:
             ids, answer = self.train.canvases(rows, canvas)
             masked = noise(ids, answer, cfg.block, cfg.t_min, self.gen)
             with self.autocast():
-                loss = bd_loss(self.model, ids.to(self.device), masked.to(self.device), self.ids[MASK], cfg.block)
+                loss = bd_loss(
+                    self.model, ids.to(self.device), masked.to(self.device), self.ids[MASK], cfg.block, cfg.certainty
+                )
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
