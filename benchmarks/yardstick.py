@@ -59,29 +59,17 @@ def export_best(trainer: Trainer, out: Path) -> dict:
 
 
 def train(args: argparse.Namespace, config: TrainConfig) -> list[dict]:
-    cfg = replace(config, ar_tokens=NEVER, batch=args.batch)
-    trainer = Trainer(args.data, args.run, cfg, device=args.device)
-    args.run.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(args.data, args.run, replace(config, ar_tokens=NEVER, batch=args.batch), device=args.device)
     milestones = sorted(int(float(m)) for m in args.milestones.split(",") if m.strip())
-    pending = [m for m in milestones if m > trainer.tokens]
     deadline = time.monotonic() + args.minutes * 60
-    exported, losses = [], []
-    while pending and time.monotonic() < deadline:
-        began = time.monotonic()
-        losses.append(trainer.one_step())
-        trainer.seconds += time.monotonic() - began
-        if trainer.step % cfg.eval_every == 0:
-            trainer.log_progress(losses)
-            losses = []
-        if trainer.tokens >= pending[0]:
-            exported.append(export_best(trainer, args.out))
-            while pending and trainer.tokens >= pending[0]:
-                pending.pop(0)
-    if losses:
-        trainer.log_progress(losses)
-    trainer.save()
-    if pending:  # out of time before the last milestone: what it reached is the result
+    exported: list[dict] = []
+    for milestone in milestones:
+        if trainer.tokens >= milestone:  # passed in the same step as an earlier one, or before a resume
+            continue
+        trainer.fit(max(0.0, deadline - time.monotonic()) / 60, tokens=milestone)
         exported.append(export_best(trainer, args.out))
+        if trainer.tokens < milestone:  # out of time: what it reached is the result
+            break
     return exported
 
 

@@ -5,7 +5,8 @@ trained on human code, which it cannot predict that surely, dcode-tiny rarely is
 per pass at threshold 0.7). Fine-tuned on its own greedy answers to training requests, kept only
 when they are real code and mixed with as many human units, it grows sure of what it would write
 anyway and commits more per pass at the same quality: the idea of dParallel's certainty-forcing
-distillation (Chen et al., 2025), with the plain block-diffusion loss. Measured in docs/dcode-tiny.md.
+distillation (Chen et al., 2025), whose entropy term `fit --certainty` adds to the block-diffusion
+loss. Measured in docs/dcode-tiny.md.
 
 Owns: drawing requests from a data folder's split, sampling the model's answers through `dcode
 new`'s pipeline (one token per pass, greedy, no repair), and writing a data folder of those answers

@@ -304,8 +304,9 @@ class Trainer:
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
 
-    def fit(self, minutes: float) -> None:
-        """Train for `minutes` of wall time, validating and checkpointing every eval_every steps,
+    def fit(self, minutes: float, tokens: int | None = None) -> None:
+        """Train for `minutes` of wall time (or until `tokens` tokens seen, if that comes first),
+        validating and checkpointing every eval_every steps,
         checkpointing at least every SAVE_EVERY seconds, and before leaving early on SIGINT or
         SIGTERM (`kill PID`) after the step in progress. A shell starts a background job with
         SIGINT ignored; fit listens to it anyway."""
@@ -323,7 +324,7 @@ class Trainer:
         if threading.current_thread() is threading.main_thread():
             previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while time.monotonic() < deadline and not stop:
+            while time.monotonic() < deadline and not stop and (tokens is None or self.tokens < tokens):
                 began = time.monotonic()
                 losses.append(self.one_step())
                 self.seconds += time.monotonic() - began
