@@ -2,14 +2,15 @@
 
     python benchmarks/repair.py                 # both parts
     python benchmarks/repair.py --prompts 5 --files 10
+    python benchmarks/repair.py --seeds 8       # each draft repaired with seeds 0..7
 
 1) Generation: every python prompt of benchmarks/prompts.jsonl through `dcode new`'s pipeline with
    repair off and on (same seed, so the draft is identical): parse-valid rate, rounds used, share
    of tokens regenerated, extra forward passes and extra seconds.
 2) Corrupted real code: top-level functions from the standard library's test/ folder (held out
    from training), each broken by deleting a random span inside one statement's line, then run
-   through the repair pass: share restored to valid, and share of bytes outside the damaged lines
-   left identical.
+   through the repair pass: share restored to valid (and to exactly the original), and share of
+   bytes outside the damaged lines left identical.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from dcode.syntax import find_issues, is_real_code
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
 
-def generation(model, prompts: list[str], length: int, config: SamplerConfig, tries: int) -> dict[str, float]:
+def generation(model, prompts: list[str], length: int, configs: list[SamplerConfig], tries: int) -> dict[str, float]:
     valid_raw = valid_fixed = real_raw = real_fixed = rounds = regenerated = tokens = extra_forward = 0
     draft_seconds = extra_seconds = 0.0
-    for prompt in prompts:
+    for prompt, config in ((p, c) for c in configs for p in prompts):
         events = pipeline.new(model, prompt, "python", length, config, 3, tries)
         finished = next(e for e in events if isinstance(e, pipeline.Finished))
         done = finished.repair
@@ -50,9 +51,10 @@ def generation(model, prompts: list[str], length: int, config: SamplerConfig, tr
         extra_forward += done.forward
         draft_seconds += finished.seconds
         extra_seconds += done.seconds
-    n = len(prompts)
+    n = len(prompts) * len(configs)
     return {
-        "prompts": n,
+        "prompts": len(prompts),
+        "drafts": n,  # prompts x seeds; a greedy draft is the same for every seed, its repair is not
         "valid_without_repair": valid_raw / n,
         "valid_with_repair": valid_fixed / n,
         "real_code_without_repair": real_raw / n,  # valid and 2+ non-blank lines (dcode.syntax.is_real_code)
@@ -122,7 +124,7 @@ def untouched(before: bytes, after: bytes, start: int, tail: int) -> int:
 
 
 def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Random, tries: int) -> dict[str, float]:
-    restored = cases = 0
+    restored = exact = cases = 0
     outside_same = outside_total = 0
     fixed_same = fixed_total = 0  # the same, over the cases repair restored to valid
     rounds: dict[int, int] = {}  # rounds used by the restored cases -> count
@@ -141,6 +143,7 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
         seconds += time.perf_counter() - began
         cases += 1
         restored += done.issues_after == 0
+        exact += done.code == code
         before, after = broken.encode(), done.code.encode()
         tail = len(before) - end
         same = untouched(before, after, start, tail)
@@ -153,6 +156,7 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
     return {
         "cases": cases,
         "restored_to_valid": restored / max(1, cases),
+        "restored_exactly": exact / max(1, cases),  # the function as it was before the damage
         "bytes_outside_damaged_lines_identical": outside_same / max(1, outside_total),
         # A case repair leaves broken keeps its text, so the share above rises as repair fails;
         # this one counts only the cases it restored.
@@ -171,19 +175,22 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=REPAIR_TRIES, help="tries per round after dcode new")
     parser.add_argument("--file-tries", type=int, default=REPAIR_FILE_TRIES, help="tries per round, dcode repair")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (repair tries sample)")
+    parser.add_argument("--seeds", type=int, default=1, help="generation: repair each draft with seeds --seed, +1, ...")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
     # what `dcode new --seed N` runs with no other options
-    config = apply_defaults(SamplerConfig(seed=args.seed), model.facts.defaults, ())
+    configs = [apply_defaults(SamplerConfig(seed=args.seed + k), model.facts.defaults, ()) for k in range(args.seeds)]
+    config = configs[0]
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
     rng = random.Random(0)
     results = {
         "model": model.facts.name,
         "seed": args.seed,
+        "seeds": args.seeds,
         "tries": {"generation": args.tries, "corrupted": args.file_tries},
-        "generation": generation(model, prompts, args.length, config, args.tries),
+        "generation": generation(model, prompts, args.length, configs, args.tries),
         "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.file_tries),
     }
     print(json.dumps(results, indent=2))

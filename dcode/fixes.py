@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from difflib import SequenceMatcher
 
 from dcode.linediff import hunks
 from dcode.syntax import Issue, find_issues
@@ -60,6 +61,21 @@ def confined(old: str, new: str, lines: Collection[int]) -> bool:
     Example: confined("a(\nb\n", "a()\nb\n", {0}) -> True; confined("a(\nb\n", "a()\nc\n", {0}) -> False."""
     before, after = old.splitlines(keepends=True), new.splitlines(keepends=True)
     return all(set(range(i1, i2)) <= set(lines) for i1, i2, _, _ in hunks(before, after))
+
+
+def resembles(old: str, new: str, share: float = 0.5) -> bool:
+    """Whether every line new replaces in old is still mostly itself: the replaced and the new text
+    of each hunk have a similarity ratio (difflib's) of at least `share`; inserted lines pass. A
+    user's broken line is repaired, not swapped for another statement: where the checker blames a
+    line that was fine (after `els` became broken, compile() blames the `return` under it), a fill
+    that parses by writing `found.append()` there would lose the user's code.
+    Example: resembles("x = f(1\n", "x = f(1)\n") -> True; resembles("return f(a)\n", "y.append()\n") -> False."""
+    before, after = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    return all(
+        SequenceMatcher(None, "".join(before[i1:i2]).strip(), "".join(after[j1:j2]).strip()).ratio() >= share
+        for i1, i2, j1, j2 in hunks(before, after)
+        if i2 > i1
+    )
 
 
 def complaints(text: str, issues: Sequence[Issue]) -> set[tuple[str, str]]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
-from dcode.fixes import confined, deleted, narrowest, progress
+from dcode.fixes import confined, deleted, narrowest, progress, resembles
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import Step, denoise
 from dcode.syntax import (
@@ -46,7 +46,8 @@ DEFINITIONS = re.compile(r"(function|class|method|struct|impl|trait|interface|en
 # Rounds 2 and 3 on -> (node types they widen to, lines of context added when no such node encloses the span).
 _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
 # A round's later tries sample at this temperature (its first try uses the configured sampler,
-# greedy by default): the same masks refilled greedily would only give the same text again.
+# greedy by default): the same masks refilled greedily would only give the same text again. They
+# may not write the tokens the checker blamed either (culprits()).
 # Measured (benchmarks/repair.py): 0.8 suited session 5's dcode-tiny; the certainty-forced weights
 # of session 6 are so sure of their own text that 0.8 refills much of it unchanged (76% -> 92%
 # valid, +88% time) where 1.2 gives 76% -> 100% at +51%.
@@ -340,10 +341,12 @@ def repair(
         fill = torch.zeros(len(canvas), dtype=torch.bool)  # explicit, as the placeholder may be a real token
         for a, b in regions:
             fill[a:b] = True
+        # what the checker blames: later tries may not write those tokens again (see culprits)
+        banned = culprits(data, ids, offsets, [hint] if hint is not None else best_issues)
         for attempt in range(1, tries + 1):
             run = config if attempt == 1 and not replays(facts, origin) else retry(config, attempt)
             last: Step | None = None
-            for last in denoise(model, canvas, len(prompt_ids), run, fill=fill):
+            for last in denoise(model, canvas, len(prompt_ids), run, fill=fill, ban=banned if attempt > 1 else ()):
                 yield last
             assert last is not None  # every span holds at least room(0) = 2 masks
 
@@ -359,10 +362,12 @@ def repair(
             restored = 0
             if kept:
                 candidate, found, restored = narrowest(best, candidate, language, found)
-                # a user's file: only the blamed lines change, and no line that was fine breaks
+                # a user's file: only the blamed lines change, each stays mostly itself, and no
+                # line that was fine breaks
                 kept = origin != "file" or (
                     confined(best, candidate, blamed_lines(data, best_issues, hint))
                     and progress(best, best_issues, candidate, found)
+                    and resembles(best, candidate)
                 )
             history.append(
                 RepairRound(
@@ -395,6 +400,22 @@ def repair(
         seconds=time.perf_counter() - began,
         note=note,
     )
+
+
+def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]], issues: Sequence[Issue]) -> list[int]:
+    """Ids of the tokens at the points the checker blames (an issue's line and column), leaving out
+    whitespace. A round's later tries may not write them: confident weights otherwise sample the
+    same wrong token again at any temperature, as the threshold rule commits only what they are
+    sure of (measured, benchmarks/repair.py over 8 seeds: session 7's candidate weights 6 -> 3
+    drafts of 200 left broken, the shipped ones 5 -> 0).
+    Example: "class 2D(object):" blamed at column 7 ('2') -> the id of the token holding "2"."""
+    found: set[int] = set()
+    for issue in issues:
+        first = line_start(data, issue.line)
+        text = data[first : line_span(data, first)[1]].decode(errors="replace")
+        point = first + len(text[: issue.column - 1].encode())
+        found.update(ids[i] for i in tokens_for_span(offsets, point, point + 1) if data[slice(*offsets[i])].strip())
+    return sorted(found)
 
 
 def replays(facts: ModelFacts, origin: Origin) -> bool:

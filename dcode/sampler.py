@@ -11,7 +11,7 @@ CLI, the live view, the repair pass, the benchmarks and the tests all consume th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -210,14 +210,20 @@ def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[i
 
 
 def denoise(
-    model: Denoiser, canvas: torch.Tensor, start: int, config: SamplerConfig, fill: torch.Tensor | None = None
+    model: Denoiser,
+    canvas: torch.Tensor,
+    start: int,
+    config: SamplerConfig,
+    fill: torch.Tensor | None = None,
+    ban: Sequence[int] = (),
 ) -> Iterator[Step]:
     """Fill the positions `fill` marks in canvas[start:] and yield a Step after each forward pass.
 
     canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). fill (L,) bool
     marks the positions to fill (default: those holding facts.mask_id); they may sit anywhere in
     the answer region (the repair pass re-masks spans in the middle). Every Step's canvas shows
-    them as facts.mask_id until they are committed. Positions are filled block by block, left to
+    them as facts.mask_id until they are committed; `ban` lists token ids never written there (the
+    repair pass's retries ban what the checker blamed). Positions are filled block by block, left to
     right; a block's positions are never committed before the blocks to its left are finished.
 
     facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
@@ -316,6 +322,7 @@ def denoise(
             # 2) a token and a score for every position of the block still to fill
             candidates = logits[rows]
             candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
+            candidates[:, list(ban)] = float("-inf")
             if config.repetition_penalty != 1.0:
                 recent = canvas[max(start, s - config.repetition_window) : e]
                 seen = recent[~is_masked[max(start, s - config.repetition_window) : e]]

@@ -3,6 +3,7 @@ tokenizer; byte <-> token mapping on multi-byte UTF-8; widening from lines to st
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,14 @@ from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
-from dcode.fixes import confined, deleted, narrowest
+from dcode.fixes import confined, deleted, narrowest, resembles
 from dcode.linediff import hunks
 from dcode.models.base import ModelFacts
 from dcode.repair import (
     Repaired,
     RepairRound,
     byte_offsets,
+    culprits,
     repair,
     repaired,
     room,
@@ -26,7 +28,7 @@ from dcode.repair import (
     widen,
 )
 from dcode.sampler import Step
-from dcode.syntax import find_issues, language_of
+from dcode.syntax import compile_issue, find_issues, language_of
 
 PAD, EOS, MASK = 0, 1, 2
 
@@ -399,3 +401,38 @@ def test_repair_benchmark_counts_bytes_left_in_place() -> None:
     assert bench.untouched(b"abcXdef", b"abQYdef", 3, 3) == 5  # one byte before it too
     assert bench.untouched(b"abcXdef", b"abcdef", 3, 3) == 6
     assert bench.untouched(b"abcX", b"abc", 3, 0) == 3 and bench.untouched(b"ab", b"", 1, 1) == 0
+
+
+def test_later_tries_may_not_write_the_token_the_checker_blames(tokenizer) -> None:
+    # The scripted model writes the same broken line on every pass; from try 2 on the '2' that
+    # compile() blames is banned, the fill writes something else there, and the line parses.
+    broken = "def f():\n    return 2x\n"
+    events = run(ScriptedDenoiser(tokenizer, "    return 2x"), broken, rounds=1, tries=2, origin="draft")
+    tries = [e for e in events if isinstance(e, RepairRound)]
+    assert [(r.attempt, r.kept) for r in tries] == [(1, False), (2, True)]
+    done = events[-1]
+    assert done.issues_after == 0 and done.code.startswith("def f():\n    return ") and "2" not in done.code
+
+
+def test_culprits_are_the_blamed_tokens_without_whitespace(tokenizer) -> None:
+    code = "class 2D(object):\n    pass\n"
+    ids, offsets = tokenize(tokenizer, code)
+    [issue] = find_issues(code, "python")
+    hint = compile_issue(code)
+    assert hint is not None and hint.column == 7
+    assert [tokenizer.decode([t]) for t in culprits(code.encode(), ids, offsets, [hint])] == ["2"]
+    # a point on whitespace blames nothing
+    blank = replace(hint, column=6)
+    assert culprits(code.encode(), ids, offsets, [blank]) == []
+
+
+def test_a_users_line_is_repaired_not_swapped_for_another_statement(tokenizer) -> None:
+    broken = "def f(a):\n    return a +\n"
+    for origin, kept in (("file", False), ("draft", True)):
+        done = run(ScriptedDenoiser(tokenizer, "    pass"), broken, rounds=1, origin=origin)[-1]
+        assert (done.code != broken) is kept
+    done = run(ScriptedDenoiser(tokenizer, "    return a + 1"), broken, rounds=1)[-1]
+    assert done.code == "def f(a):\n    return a + 1\n"
+    assert resembles("            els\n", "            else:\n")
+    assert not resembles("    return func(*args, **kw)\n", "    found.append()  # type: ignore[union\n")
+    assert resembles("a(\n", "b = 1\na()\n")  # an inserted line passes

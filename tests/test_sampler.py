@@ -471,3 +471,12 @@ def test_trim_answer() -> None:
     assert trim_answer(ids, frozenset({EOS}), frozenset({PAD, MASK})) == [5, 6, 7]
     assert trim_answer(ids[:5], frozenset({EOS}), frozenset({PAD})) == [5, 6, 7, MASK]
     assert trim_answer(torch.tensor([EOS, 5]), frozenset({EOS}), frozenset()) == []
+
+
+@pytest.mark.parametrize("layout", ["one-block", "block-causal-4-shifted"])
+def test_a_banned_token_is_never_written(layout: str) -> None:
+    config = SamplerConfig(stop_at_eos=False)
+    plain = final(denoise(make_fake(layout), answer_canvas(), START, config))
+    common = max(set(plain.canvas[START:].tolist()), key=plain.canvas[START:].tolist().count)
+    banned = final(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
+    assert banned.done and common not in banned.canvas[START:].tolist()
