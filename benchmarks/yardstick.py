@@ -48,8 +48,7 @@ def label(tokens: int) -> str:
 
 def export_best(trainer: Trainer, out: Path) -> dict:
     """Export the weights (EMA or live) with the lower validation AR loss; return what was written."""
-    ema, live = trainer.validate(ema=True), trainer.validate(ema=False)
-    use_ema = ema["valid_ar"] <= live["valid_ar"]
+    use_ema, ema, live = trainer.prefer_ema("valid_ar")
     folder = out / label(trainer.tokens)
     trainer.export(folder, ema=use_ema, dtype=torch.float16)
     record = {"folder": folder.name, "tokens": trainer.tokens, "steps": trainer.step, "seconds": round(trainer.seconds)}

@@ -804,6 +804,9 @@ def test_trainer_phases_resume_validate_export_and_generate(
     assert set(scores) == {"valid_ar", "valid_bd"} and all(math.isfinite(v) for v in scores.values())
     assert_same_tensors(state_of(trainer), live)
     assert trainer.model.training
+    on_live = trainer.validate(ema=False)
+    for loss in ("valid_ar", "valid_bd"):
+        assert trainer.prefer_ema(loss) == (scores[loss] <= on_live[loss], scores, on_live)
 
     # 3) save, then a new Trainer on the same run folder resumes exactly
     trainer.save()

@@ -89,9 +89,8 @@ def main() -> None:
     else:
         ema = args.weights == "ema"
         if args.weights == "best":
-            losses = {kind: trainer.validate(ema=kind == "ema")["valid_bd"] for kind in ("ema", "live")}
-            print(f"validation BD loss: EMA {losses['ema']:.4f}, live {losses['live']:.4f}")
-            ema = losses["ema"] <= losses["live"]
+            ema, on_ema, on_live = trainer.prefer_ema("valid_bd")
+            print(f"validation BD loss: EMA {on_ema['valid_bd']:.4f}, live {on_live['valid_bd']:.4f}")
         trainer.export(args.out, ema=ema, dtype=getattr(torch, args.dtype))
 
 

@@ -280,6 +280,12 @@ class Trainer:
         self.model.train()
         return {"valid_ar": sum(ar) / len(ar), "valid_bd": sum(bd) / len(bd)}
 
+    def prefer_ema(self, loss: str) -> tuple[bool, dict[str, float], dict[str, float]]:
+        """Whether the EMA weights beat the live ones on validation `loss` ("valid_ar" or "valid_bd";
+        a tie goes to the EMA), with both validations: which weights an export should take."""
+        ema, live = self.validate(ema=True), self.validate(ema=False)
+        return ema[loss] <= live[loss], ema, live
+
     def save(self) -> None:
         self.run.mkdir(parents=True, exist_ok=True)
         state = {
