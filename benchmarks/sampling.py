@@ -2,6 +2,7 @@
 
     python benchmarks/sampling.py                      # dcode-tiny, python prompts, 256-token canvas
     python benchmarks/sampling.py --limit 5 --json out.json
+    python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
 passes, tokens per forward (TPF), tok/s, wall time, the share of outputs that are real code (at
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--no-cache", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--thresholds", default="", help="more threshold rows, e.g. 0.5,0.3")
+    parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -112,6 +114,8 @@ def main() -> None:
     settings = dict(SETTINGS)
     for value in filter(None, (t.strip() for t in args.thresholds.split(","))):
         settings[f"threshold-{float(value):g}"] = {"rule": "threshold", "threshold": float(value)}
+    for value in filter(None, (t.strip() for t in args.entropy_bounds.split(","))):
+        settings[f"entropy-{float(value):g}"] = {"rule": "entropy-bound", "entropy_bound": float(value)}
     results = {}
     for name, fields in settings.items():
         config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]

@@ -406,6 +406,18 @@ def test_env_strategy_steps_and_entropy_bound(tiny_checkpoint: Path) -> None:
     assert loose < tight  # an unbounded budget fills each attention block in one pass
 
 
+def test_a_rules_own_option_alone_picks_the_rule(tiny_checkpoint: Path) -> None:
+    args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
+    assert stable(run_json([*args, "--steps", "4"])) == stable(
+        run_json([*args, "--strategy", "schedule", "--steps", "4"])
+    )
+    loose = run_json([*args, "--entropy-bound", "1e9"])
+    assert stable(loose) == stable(run_json([*args, "--strategy", "entropy-bound", "--entropy-bound", "1e9"]))
+    # two rules' options and no --strategy: the default rule (threshold), as before
+    both = run_json([*args, "--entropy-bound", "1e9", "--steps", "4"])
+    assert stable(both) == stable(run_json([*args, "--strategy", "threshold"]))
+
+
 def test_repetition_penalty_option_and_env(tiny_checkpoint: Path) -> None:
     args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
     penalized = stable(run_json([*args, "--repetition-penalty", "1e6"]))

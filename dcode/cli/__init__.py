@@ -10,6 +10,7 @@ Heavy imports (torch, transformers) happen inside the commands that need a model
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -321,12 +322,22 @@ def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
     return fields
 
 
+# A rule's own setting -> that rule: `--threshold 0.9` alone means threshold decoding, whatever
+# rule the CLI or the model's family would otherwise pick.
+RULE_OF_SETTING = {"threshold": "threshold", "entropy_bound": "entropy-bound", "steps": "schedule"}
+
+
 def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
-    """`config` with the model family's recommended settings for every option the user left unset."""
+    """`config` with the model family's recommended settings for every option the user left unset;
+    without `--strategy`, a rule's own option set alone picks that rule."""
     from dcode.models import apply_defaults
 
+    explicit = explicit_sampler_fields(ctx)
+    implied = {rule for field, rule in RULE_OF_SETTING.items() if field in explicit}
+    if "rule" not in explicit and len(implied) == 1:
+        config, explicit = dataclasses.replace(config, rule=implied.pop()), explicit | {"rule"}
     try:
-        return apply_defaults(config, denoiser.facts.defaults, explicit_sampler_fields(ctx))
+        return apply_defaults(config, denoiser.facts.defaults, explicit)
     except ValueError as error:
         fail(f"{denoiser.facts.name}: {error}", USAGE)
 
