@@ -36,6 +36,7 @@ SETTINGS: dict[str, dict[str, object]] = {
     "threshold-0.7": {"rule": "threshold", "threshold": 0.7},
     "entropy-bound": {"rule": "entropy-bound", "entropy_bound": 0.1},
     "0.7-no-penalty": {"rule": "threshold", "threshold": 0.7, "repetition_penalty": 1.0},
+    "model-defaults": {},  # what `dcode new` runs without options
 }
 
 

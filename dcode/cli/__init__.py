@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from dcode.config import APPROX_CACHES, ORDERINGS, RULES, SamplerConfig
+from dcode.config import APPROX_CACHES, ORDERINGS, RULES, Rule, SamplerConfig
 
 if TYPE_CHECKING:
     from dcode.models import Denoiser
@@ -324,7 +324,7 @@ def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
 
 # A rule's own setting -> that rule: `--threshold 0.9` alone means threshold decoding, whatever
 # rule the CLI or the model's family would otherwise pick.
-RULE_OF_SETTING = {"threshold": "threshold", "entropy_bound": "entropy-bound", "steps": "schedule"}
+RULE_OF_SETTING: dict[str, Rule] = {"threshold": "threshold", "entropy_bound": "entropy-bound", "steps": "schedule"}
 
 
 def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
