@@ -406,8 +406,8 @@ def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]]
     """Ids of the tokens at the points the checker blames (an issue's line and column), leaving out
     whitespace. A round's later tries may not write them: confident weights otherwise sample the
     same wrong token again at any temperature, as the threshold rule commits only what they are
-    sure of (measured, benchmarks/repair.py over 8 seeds: session 7's candidate weights 6 -> 3
-    drafts of 200 left broken, the shipped ones 5 -> 0).
+    sure of (measured, benchmarks/repair.py over 8 seeds: drafts of 200 left broken by session 7's
+    second distillation round 6 -> 3, by session 6's weights 5 -> 0).
     Example: "class 2D(object):" blamed at column 7 ('2') -> the id of the token holding "2"."""
     found: set[int] = set()
     for issue in issues:
