@@ -113,10 +113,12 @@ def main() -> None:
         prompts = prompts[: args.limit]
     model = load(args.model)
     settings = dict(SETTINGS)
-    for value in filter(None, (t.strip() for t in args.thresholds.split(","))):
-        settings[f"threshold-{float(value):g}"] = {"rule": "threshold", "threshold": float(value)}
-    for value in filter(None, (t.strip() for t in args.entropy_bounds.split(","))):
-        settings[f"entropy-{float(value):g}"] = {"rule": "entropy-bound", "entropy_bound": float(value)}
+    for values, label, rule, field in (
+        (args.thresholds, "threshold", "threshold", "threshold"),
+        (args.entropy_bounds, "entropy", "entropy-bound", "entropy_bound"),
+    ):
+        for value in filter(None, (t.strip() for t in values.split(","))):
+            settings[f"{label}-{float(value):g}"] = {"rule": rule, field: float(value)}
     results = {}
     for name, fields in settings.items():
         config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]

@@ -261,6 +261,7 @@ def denoise(
     carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
     # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
+    banned = torch.tensor(sorted(set(ban)), dtype=torch.long, device=device)
 
     for s, e in block_spans(start, length, size, aligned):
         in_block = int(is_masked[s:e].sum())
@@ -322,7 +323,7 @@ def denoise(
             # 2) a token and a score for every position of the block still to fill
             candidates = logits[rows]
             candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
-            candidates[:, list(ban)] = float("-inf")
+            candidates[:, banned] = float("-inf")
             if config.repetition_penalty != 1.0:
                 recent = canvas[max(start, s - config.repetition_window) : e]
                 seen = recent[~is_masked[max(start, s - config.repetition_window) : e]]
