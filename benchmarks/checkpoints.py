@@ -1,13 +1,16 @@
-"""Which weights to ship: model folders compared on requests from the validation split.
+"""Which weights (and decoding) to ship: model folders compared on requests nobody tunes on.
 
     python benchmarks/checkpoints.py dcode/assets/dcode-tiny /tmp/candidate --prompts 100
+    python benchmarks/checkpoints.py dcode-tiny --decode '{}' --decode '{"entropy_bound": 1.0}'
 
-The public prompt set (benchmarks/prompts.jsonl) is what the issues measure, so choosing weights
-by it would tune to it. This script draws its requests from the training data's validation split
-(held-out files, never trained on): each unit's prompt as the training data phrased it. Every
-model runs the same requests through `dcode new`'s pipeline with its own defaults and no repair;
-it reports real code (at least two non-blank lines that compile()), key words and tokens per
-pass, as benchmarks/sampling.py does.
+The public prompt set (benchmarks/prompts.jsonl) is what the issues measure, so choosing by it
+would tune to it. This script uses two other sets: requests drawn from the training data's
+validation split (held-out files, never trained on; each unit's prompt as the training data
+phrased it, docstring-style), and the 60 user-style requests of benchmarks/dev_prompts.jsonl
+(written for choosing; none is an eval prompt). Every model runs the same requests through `dcode
+new`'s pipeline with its own defaults (or those plus each --decode) and no repair; it reports
+tokens per pass, real code (at least two non-blank lines that compile()) and key words, as
+benchmarks/sampling.py does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from dcode.models import apply_defaults, load  # noqa: E402
 from dcode.train import distill  # noqa: E402
 from dcode.train.data import Examples  # noqa: E402
 
+DEV = Path(__file__).with_name("dev_prompts.jsonl")
+
 
 def requests(data: Path, count: int, seed: int = 0) -> list[str]:
     """`count` distinct prompts of data's validation split, drawn with a fixed seed."""
@@ -36,29 +41,52 @@ def requests(data: Path, count: int, seed: int = 0) -> list[str]:
     return distill.requests(Examples.load(data / "valid.npz"), tokenizer, count, seed)
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+def dev_requests() -> list[str]:
+    """The user-style requests written for choosing (benchmarks/dev_prompts.jsonl, not the eval set)."""
+    rows = [json.loads(line) for line in DEV.read_text().splitlines() if line.strip()]
+    return [r["prompt"] for r in rows if r["lang"] == "python"]
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="+", help="model folders (or dcode-tiny)")
     parser.add_argument("--data", type=Path, default=Path(".train/data"))
-    parser.add_argument("--prompts", type=int, default=100)
+    parser.add_argument("--prompts", type=int, default=100, help="validation requests")
+    parser.add_argument("--dev", type=int, default=0, help="the first N dev requests (default: all 60)")
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument(
+        "--decode",
+        action="append",
+        default=[],
+        help="sampler fields over the model's defaults, as JSON, e.g. '{\"entropy_bound\": 1.0}' (repeatable)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    prompts = requests(args.data, args.prompts)
-    results: dict[str, dict[str, float]] = {}
+    sets = {"validation": requests(args.data, args.prompts), "dev": dev_requests()[: args.dev or None]}
+    decodes = [json.loads(d) for d in args.decode] or [{}]
+    results: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.models:
         model = load(name)
-        config = apply_defaults(SamplerConfig(), model.facts.defaults, ())  # what `dcode new` runs
-        results[name] = run(model, prompts, args.length, config)
-    print(f"{len(prompts)} validation requests from {args.data}, canvas {args.length}, no repair")
-    print(f"{'model':<40}{'TPF':>8}{'real code':>11}{'key words':>11}")
-    for name, r in results.items():
-        print(f"{name:<40}{r['tokens_per_forward']:>8.2f}{r['real_code_rate']:>11.0%}{r['key_words_rate']:>11.0%}")
+        for fields in decodes:
+            # what `dcode new` runs with these options
+            config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)
+            row = f"{name} {json.dumps(fields)}" if fields else name
+            results[row] = {label: run(model, prompts, args.length, config) for label, prompts in sets.items()}
+    counts = ", ".join(f"{len(p)} {label}" for label, p in sets.items())
+    print(f"requests: {counts} (from {args.data} and {DEV.name}), canvas {args.length}, no repair")
+    head = "".join(f"{label + ': TPF':>18}{'real':>7}{'words':>7}" for label in sets)
+    print(f"{'model, decoding':<56}{head}")
+    for row, by_set in results.items():
+        cells = "".join(
+            f"{r['tokens_per_forward']:>18.2f}{r['real_code_rate']:>7.0%}{r['key_words_rate']:>7.0%}"
+            for r in by_set.values()
+        )
+        print(f"{row:<56}{cells}")
     if args.json:
-        args.json.write_text(json.dumps({"prompts": prompts, "results": results}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"requests": sets, "results": results}, indent=2) + "\n")
     return results
 
 

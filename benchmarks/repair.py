@@ -21,7 +21,6 @@ import json
 import random
 import sysconfig
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from dcode import pipeline
@@ -181,7 +180,6 @@ def main() -> None:
     model = load(args.model)
     # what `dcode new --seed N` runs with no other options
     configs = [apply_defaults(SamplerConfig(seed=args.seed + k), model.facts.defaults, ()) for k in range(args.seeds)]
-    config = configs[0]
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
     rng = random.Random(0)
@@ -191,7 +189,7 @@ def main() -> None:
         "seeds": args.seeds,
         "tries": {"generation": args.tries, "corrupted": args.file_tries},
         "generation": generation(model, prompts, args.length, configs, args.tries),
-        "corrupted": corrupted(model, held_out_functions(args.files, rng), replace(config), rng, args.file_tries),
+        "corrupted": corrupted(model, held_out_functions(args.files, rng), configs[0], rng, args.file_tries),
     }
     print(json.dumps(results, indent=2))
     if args.json:

@@ -3,6 +3,7 @@
     python benchmarks/sampling.py                      # dcode-tiny, python prompts, 256-token canvas
     python benchmarks/sampling.py --limit 5 --json out.json
     python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
+    python benchmarks/sampling.py --unheld             # and each adaptive row without hold_conflicts
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
 passes, tokens per forward (TPF), tok/s, wall time, the share of outputs that are real code (at
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--thresholds", default="", help="more threshold rows, e.g. 0.5,0.3")
     parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
+    parser.add_argument("--unheld", action="store_true", help="repeat each adaptive row with hold_conflicts off")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -119,6 +121,11 @@ def main() -> None:
     ):
         for value in filter(None, (t.strip() for t in values.split(","))):
             settings[f"{label}-{float(value):g}"] = {"rule": rule, field: float(value)}
+    if args.unheld:
+        adaptive = {
+            name: fields for name, fields in settings.items() if fields.get("rule") in ("threshold", "entropy-bound")
+        }
+        settings |= {f"{name}-unheld": {**fields, "hold_conflicts": False} for name, fields in adaptive.items()}
     results = {}
     for name, fields in settings.items():
         config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]

@@ -73,6 +73,11 @@ class SamplerConfig:
     # Once an end-of-answer token is committed, everything after it is padding (as in training):
     # those positions take no passes, and decoding stops when the rest before it is filled.
     stop_at_eos: bool = True
+    # With the threshold or entropy-bound rule, hold back to the next pass the commits that
+    # conflict within one pass: a token repeating the one the same pass writes just left of it,
+    # and an end token with positions before it left unfilled (sampler.hold_back). Measured on
+    # dcode-tiny: more real code at the same tokens per pass (docs/dcode-tiny.md).
+    hold_conflicts: bool = True
     # Seed of every random draw (Gumbel noise, random ordering): same seed, same output.
     seed: int = 0
     # CTRL's repetition penalty (Keskar et al. 2019; llama.cpp / ollama repeat_penalty): the logit

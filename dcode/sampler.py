@@ -146,6 +146,27 @@ def commit_entropy_bound(entropies: torch.Tensor, gamma: float) -> torch.Tensor:
     return index[:k]
 
 
+def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Drop from one pass's commits the two conflicts parallel decoding is known for, so they are
+    decided again next pass with their neighbours in view: a token equal to the one this pass
+    writes just left of it ("the the", "namename"; padding excepted), and an end token with a position before it
+    that this pass leaves unfilled (code cut off mid-line, since everything after an end is
+    padding). rows (N,) ascending block offsets to fill, tokens (N,) their chosen ids, pick the
+    row indices a commit rule chose. Returns the kept row indices, never empty: if everything
+    was held back, the leftmost row. Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2]
+    -> [0] (row 1 repeats row 0; row 2 ends the answer after row 1, which now stays masked)."""
+    chosen = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
+    chosen[pick] = True
+    is_end = torch.isin(tokens, ends)
+    twin = chosen[1:] & chosen[:-1] & (rows[1:] == rows[:-1] + 1) & (tokens[1:] == tokens[:-1])
+    chosen[1:] &= ~(twin & ~is_end[1:])  # a run of padding is how an answer ends
+    gap = (~chosen).cumsum(0) > 0  # at a chosen row: some row to its left stays unfilled
+    chosen &= ~(is_end & gap)
+    if not chosen.any():
+        chosen[0] = True
+    return chosen.nonzero()[:, 0]
+
+
 # ---------------------------------------------------------------------------------------------
 # Uniform noise and the per-block schedule (DiffusionGemma, transformers generation_diffusion_gemma)
 
@@ -348,6 +369,8 @@ def denoise(
                 pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
             else:
                 pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
+            if config.hold_conflicts and not (settled or capped) and config.rule != "schedule":
+                pick = hold_back(rows, tokens, pick, ends)
             positions = rows[pick] + s
             canvas[positions] = tokens[pick]
             is_masked[positions] = False

@@ -210,7 +210,8 @@ TINY_PAD, TINY_EOS, TINY_MASK = 0, 1, 2  # dcode-tiny's special tokens
 
 class ScriptedDenoiser:
     """A Denoiser that knows what to write. In every run of consecutive masks it puts all
-    probability on a script's token ids in order, then on pad; forward pass k uses script k (the
+    probability on a script's token ids in order, then on pad (a run left partly filled by the
+    last pass goes on where it was); forward pass k uses script k (the
     last one repeats), so a draft and a repair round can write different things. Under the
     threshold rule every mask is committed in the first pass. Records each canvas it is given;
     raises KeyboardInterrupt on pass `interrupt_at`. Full attention, unshifted logits, no cache."""
@@ -233,6 +234,7 @@ class ScriptedDenoiser:
             prompt="new-bare",
         )
         self.seen: list[list[int]] = []
+        self.offsets: dict[int, int] = {}  # canvas position -> its index in the script
         self.interrupt_at = interrupt_at
 
     @property
@@ -243,12 +245,18 @@ class ScriptedDenoiser:
         if self.interrupt_at is not None and len(self.seen) + 1 >= self.interrupt_at:
             raise KeyboardInterrupt
         script = self.scripts[min(len(self.seen), len(self.scripts) - 1)]
+        before = self.seen[-1] if self.seen else []
         self.seen.append(ids[0].tolist())
         logits = torch.zeros(*ids.shape, self.facts.vocab_size)  # (B, L, V)
         for b, row in enumerate(ids.tolist()):
             offset = 0  # position inside the current run of masks
             for i, token in enumerate(row):
                 if token == TINY_MASK:
+                    # A mask left over from the last pass keeps its place in the script, so a
+                    # run the sampler filled only partly (holding a token back) goes on as written.
+                    if len(before) == len(row) and before[i] == TINY_MASK and i in self.offsets:
+                        offset = self.offsets[i]
+                    self.offsets[i] = offset
                     logits[b, i, script[offset] if offset < len(script) else TINY_PAD] = 50.0
                     offset += 1
                 else:

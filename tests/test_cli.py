@@ -425,6 +425,14 @@ def test_repetition_penalty_option_and_env(tiny_checkpoint: Path) -> None:
     assert penalized != stable(run_json(args))  # the random checkpoint repeats itself
 
 
+def test_hold_conflicts_option_and_env(tiny_checkpoint: Path) -> None:
+    args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint), "--threshold", "0.01", "--no-repair"]
+    free = stable(run_json([*args, "--no-hold-conflicts"]))
+    assert free == stable(run_json(args, env={"DCODE_HOLD_CONFLICTS": "0"}))
+    # The random checkpoint's passes write neighbours alike: held back, they take more passes.
+    assert stable(run_json(args))["forward_passes"] > free["forward_passes"]
+
+
 def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
     args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint)]
     assert run_json(args, env={"DCODE_LANG": "rs"})["language"] == "rust"

@@ -17,6 +17,7 @@ from dcode.sampler import (
     commit_entropy_bound,
     denoise,
     final,
+    hold_back,
     penalize_repeats,
     schedule_counts,
     top_p_filter,
@@ -216,7 +217,12 @@ def test_invariants(rule: str, ordering: str, temperature: float, layout: str) -
     # ending early is tested on its own below.
     model = make_fake(layout, force=CERTAIN, suppress=frozenset({MASK, EOS, PAD}))
     config = SamplerConfig(
-        rule=rule, ordering=ordering, temperature=temperature, block=LAYOUTS[layout][1], **RULE_SETTINGS[rule]
+        rule=rule,
+        ordering=ordering,
+        temperature=temperature,
+        block=LAYOUTS[layout][1],
+        hold_conflicts=False,  # the rules alone; holding back is tested below
+        **RULE_SETTINGS[rule],
     )
     canvas = answer_canvas()
     passes = run(model, canvas, START, config)
@@ -323,6 +329,55 @@ def test_fixed_schedule_matches_reference_loop(shifted, fake_block, start, block
     want = reference_fixed_schedule(reference, canvas, start, block, steps)
     assert torch.equal(got.canvas, want)
     assert got.forward == fake.forwards == reference.forwards == steps
+
+
+# ---------------------------------------------------------------------------------------------
+# Holding back the commits that conflict within one pass
+
+CONFLICTS = {8: 7, 9: 7, 14: EOS}  # a repeated token the fake is sure of, and an early end it is sure of
+
+
+def conflicts(passes: list[Pass]) -> int:
+    """Tokens a pass wrote beside the same token written in that pass, and end tokens a pass
+    wrote while a position before them stayed masked."""
+    found = 0
+    for p in passes:
+        placed = set(p.step.committed.tolist())
+        found += sum(j + 1 in placed and bool(p.after[j] == p.after[j + 1]) for j in placed)
+        found += sum(int(p.after[j]) in (EOS, PAD) and bool((p.after[START:j] == MASK).any()) for j in placed)
+    return found
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("rule", ["threshold", "entropy-bound"])
+def test_conflicting_commits_wait_for_the_next_pass(rule: str, layout: str) -> None:
+    def passes(hold: bool) -> tuple[FakeDenoiser, list[Pass]]:
+        model = make_fake(layout, force=CONFLICTS, suppress=frozenset({MASK, EOS, PAD}))
+        config = SamplerConfig(rule=rule, block=LAYOUTS[layout][1], hold_conflicts=hold, **RULE_SETTINGS[rule])
+        return model, run(model, answer_canvas(), START, config)
+
+    model, held = passes(True)
+    check_common(model, answer_canvas(), START, held, LAYOUTS[layout][3])
+    assert conflicts(held) == 0
+    assert held[-1].after[9] == 7 and held[-1].after[14] == EOS  # held back, then written
+    assert conflicts(passes(False)[1]) > 0  # the same fake without holding writes them together
+
+
+def test_hold_back() -> None:
+    rows, ends = torch.tensor([0, 1, 2, 4, 5]), torch.tensor([EOS, PAD])
+    a, b = 7, 8
+
+    def kept(tokens: list[int], pick: list[int]) -> list[int]:
+        return hold_back(rows, torch.tensor(tokens), torch.tensor(pick), ends).tolist()
+
+    assert kept([a, b, a, b, a], [0, 1, 2, 3, 4]) == [0, 1, 2, 3, 4]  # nothing conflicts
+    assert kept([a, a, b, b, a], [0, 1, 2, 3, 4]) == [0, 2, 3, 4]  # rows 2 and 4 are not neighbours
+    assert kept([a, a, b, b, a], [1, 2]) == [1, 2]  # row 0 is not written in this pass
+    assert kept([a, b, EOS, b, a], [0, 2]) == [0]  # row 1 stays masked before the end
+    assert kept([a, b, PAD, b, a], [0, 1, 2]) == [0, 1, 2]
+    assert kept([a, b, PAD, PAD, PAD], [0, 1, 2, 3, 4]) == [0, 1, 2, 3, 4]  # padding runs are no repeats
+    assert kept([a, a, EOS, b, a], [0, 1, 2]) == [0]  # the docstring's example
+    assert kept([a, EOS, b, b, a], [1]) == [0]  # everything held back: the leftmost row
 
 
 # ---------------------------------------------------------------------------------------------

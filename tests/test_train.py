@@ -1064,10 +1064,16 @@ def test_checkpoints_benchmark_compares_models_on_validation_requests(data_folde
     assert len(prompts) == len(set(prompts)) == 3 and prompts == checkpoints.requests(data_folder, 3)
     valid = Examples.load(data_folder / "valid.npz")
     assert all(p.strip() for p in prompts) and len(valid) >= 3
-    args = ["dcode-tiny", "--data", str(data_folder), "--prompts", "2", "--length", "16"]
-    report = checkpoints.main([*args, "--json", str(tmp_path / "out.json")])
-    assert list(report) == ["dcode-tiny"] and report["dcode-tiny"]["prompts"] == 2
-    assert json.loads((tmp_path / "out.json").read_text())["prompts"] == prompts[:2]
+    dev = checkpoints.dev_requests()
+    assert len(dev) == len(set(dev)) == 60
+    assert not set(dev) & {json.loads(line)["prompt"] for line in checkpoints.DEV.with_name("prompts.jsonl").open()}
+    args = ["dcode-tiny", "--data", str(data_folder), "--prompts", "2", "--dev", "3", "--length", "16"]
+    report = checkpoints.main(
+        [*args, "--decode", "{}", "--decode", '{"entropy_bound": 1.0}', "--json", str(tmp_path / "out.json")]
+    )
+    assert list(report) == ["dcode-tiny", 'dcode-tiny {"entropy_bound": 1.0}']
+    assert [r["prompts"] for r in report["dcode-tiny"].values()] == [2, 3]
+    assert json.loads((tmp_path / "out.json").read_text())["requests"] == {"validation": prompts[:2], "dev": dev[:3]}
 
 
 def test_distill_keeps_the_models_real_code_answers_mixes_human_units_and_resumes(

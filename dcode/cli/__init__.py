@@ -206,6 +206,15 @@ RepetitionPenaltyOption = Annotated[
         help="Divide the logits of tokens written in the last 64 answer positions by this (1 = off).",
     ),
 ]
+HoldConflictsOption = Annotated[
+    bool,
+    typer.Option(
+        "--hold-conflicts/--no-hold-conflicts",
+        envvar="DCODE_HOLD_CONFLICTS",
+        help="Threshold and entropy-bound rules: defer a token that repeats its neighbour written in "
+        "the same pass, or an end with gaps before it.",
+    ),
+]
 SeedOption = Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")]
 CacheOption = Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")]
 ApproxCacheOption = Annotated[
@@ -309,6 +318,7 @@ SAMPLER_OPTIONS = {
     "approx_cache": "approx_cache",
     "seed": "seed",
     "repetition_penalty": "repetition_penalty",
+    "hold_conflicts": "hold_conflicts",
 }
 
 
