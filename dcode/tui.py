@@ -1,8 +1,7 @@
-"""The live refinement view: the pipeline runs in a thread worker, widgets only draw Frames.
-
-Owns the Textual app (keys, pause, cancel, the final frame) and `run_live`, which picks the app,
-a Rich Live view on stderr, or no view at all. Knows nothing about models or tokenizers: it gets
-a callable that starts the event stream and a callable that turns an event into a render.Frame.
+"""The live refinement view: `run_live` picks the Textual app (dcode.tui_app), a Rich Live view
+on stderr, or no view at all. Knows nothing about models or tokenizers: it gets a callable that
+starts the event stream and a callable that turns an event into a render.Frame. Textual is
+imported only when the app draws, so a run without a view (a pipe, -q, CI) does not load it.
 
 Terminal streams: Textual's Linux/macOS driver (textual/drivers/linux_driver.py) writes to
 `sys.__stderr__` and reads keys from `sys.__stdin__`, so stdout may be redirected
@@ -13,259 +12,19 @@ Terminal streams: Textual's Linux/macOS driver (textual/drivers/linux_driver.py)
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Literal
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
-from textual import events as textual_events
-from textual import work
-from textual.app import App, ComposeResult
-from textual.binding import Binding
-from textual.geometry import Size
-from textual.message import Message
-from textual.scroll_view import ScrollView
-from textual.strip import Strip
-from textual.widgets import Footer, Static
 
 from dcode.render import Frame, active_line, is_step, render_canvas, render_status
 
 Events = Callable[[], Iterator[object]]
 DescribeEvent = Callable[[object, float], Frame | None]
 View = Literal["auto", "textual", "rich", "none"]
-FRAMES_PER_SECOND = 8  # most frames the worker posts
-CATCH_UP_PER_SECOND = 4  # how often the app looks for a frame it held back
-# The view draws a frame only while its thread has used at most this share of one core since the
-# sampler started. Measured on 2 cores: a frame takes ~10-20 ms of the UI thread, and the sampler
-# loses ~1.5x the UI thread's CPU time (its torch threads wait for the core the view takes), so
-# a fixed 4 frames/s cost short requests ~20%. The budget adapts the frame rate to the machine.
-VIEW_CPU_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What LiveApp.run() returns."""
-
-    result: object = None  # the stream's last non-step event (pipeline.Finished); None if none
-    cancelled: bool = False  # q or ctrl+c before the stream ended
-    error: Exception | None = None  # what the event source raised
-
-
-class FrameReady(Message):
-    def __init__(self, frame: Frame) -> None:
-        super().__init__()
-        self.frame = frame
-
-
-class StreamOver(Message):
-    def __init__(self, outcome: Outcome, frame: Frame | None) -> None:
-        super().__init__()
-        self.outcome = outcome
-        self.frame = frame
-
-
-class CanvasView(ScrollView):
-    """The canvas, drawn with Textual's line API: a frame costs the lines on screen (rendered once
-    each, then cached), not the whole file, and needs no layout pass. Long lines scroll sideways."""
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.text = Text()  # what is shown, for tests and the final frame
-        self.lines: list[Text] = []
-        # A line's text and spans -> its rendered strip, kept across frames: a pass changes a few
-        # lines, so most of a frame's lines are drawn from here.
-        self.strips: dict[tuple[str, tuple[object, ...]], Strip] = {}
-
-    def show(self, text: Text) -> None:
-        self.text = text
-        self.lines = list(text.split("\n", allow_blank=True))
-        if len(self.strips) > 4096:
-            self.strips = {}
-        size = Size(max((line.cell_len for line in self.lines), default=0), len(self.lines))
-        if size != self.virtual_size:
-            self.virtual_size = size
-        self.refresh()
-
-    def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        index = y + scroll_y
-        width = self.scrollable_content_region.width
-        if index >= len(self.lines):
-            return Strip.blank(width, self.rich_style)
-        line = self.lines[index]
-        key = (line.plain, tuple(line.spans))
-        strip = self.strips.get(key)
-        if strip is None:
-            strip = self.strips[key] = Strip(list(line.render(self.app.console, end="")), line.cell_len)
-        return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
-
-
-class LiveApp(App[Outcome]):
-    """Draws the canvas as the sampler refines it. q / ctrl+c cancel, p pauses; once done the
-    settled frame stays until any key (or the app exits at once with exit_when_done)."""
-
-    CSS = """
-    #canvas { height: 1fr; }
-    #status { height: 1; background: $panel; }
-    """
-    BINDINGS = [
-        Binding("q", "cancel", "quit", priority=True),
-        Binding("ctrl+c", "cancel", "quit", show=False, priority=True),
-        Binding("p", "pause", "pause / resume", priority=True),
-    ]
-
-    def __init__(
-        self,
-        events: Events,
-        describe_event: DescribeEvent,
-        *,
-        exit_when_done: bool = False,
-        cpu_share: float = VIEW_CPU_SHARE,
-    ) -> None:
-        super().__init__()
-        self.cpu_share = cpu_share  # see VIEW_CPU_SHARE; 1.0 draws every frame posted
-        self.events = events
-        self.describe_event = describe_event
-        self.exit_when_done = exit_when_done
-        self.cancelled = threading.Event()  # checked by the worker between steps
-        self.running = threading.Event()  # cleared while paused: the worker pulls no event
-        self.running.set()
-        self.outcome: Outcome | None = None  # set once the stream is over
-        self.frame: Frame | None = None  # the frame on screen, redrawn with a note
-        self.latest: Frame | None = None  # the worker's newest frame, posted or held back
-        self.cpu_at_start = self.wall_at_start = 0.0  # UI thread CPU time and clock when the sampler started
-
-    def compose(self) -> ComposeResult:
-        yield CanvasView(id="canvas")
-        yield Static(id="status")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.query_one("#status", Static).update("starting…")
-        # A frame held back (posted too soon after the previous one) is drawn by this timer, so
-        # the screen catches up while a slow pass blocks the worker.
-        self.set_interval(1 / CATCH_UP_PER_SECOND, self.catch_up)
-        # The sampler starts once the first screen is painted, so that it does not compete for
-        # the GIL with the app's start-up (layout, styles, the driver), which costs it ~20%.
-        self.call_after_refresh(self.start)
-
-    def start(self) -> None:
-        self.cpu_at_start, self.wall_at_start = time.thread_time(), time.perf_counter()
-        self.consume()
-
-    def within_budget(self) -> bool:
-        """Whether the UI thread may draw now: its CPU time since the sampler started is within
-        cpu_share of the wall time (called on the UI thread)."""
-        used = time.thread_time() - self.cpu_at_start
-        return used <= self.cpu_share * (time.perf_counter() - self.wall_at_start)
-
-    # -- the worker thread: pulls events, describes them, posts frames ----------------------------
-
-    @work(thread=True, exit_on_error=False)
-    def consume(self) -> None:
-        began = time.perf_counter()
-        paused = 0.0  # seconds spent paused, left out of elapsed
-        posted = 0.0  # when the last frame was posted
-        last: Frame | None = None
-        result: object = None
-        stream: Iterator[object] | None = None
-        try:
-            stream = iter(self.events())
-            while True:
-                if not self.running.is_set():
-                    waited = time.perf_counter()
-                    self.running.wait()
-                    paused += time.perf_counter() - waited
-                if self.cancelled.is_set():
-                    return
-                try:
-                    event = next(stream)
-                except StopIteration:
-                    break
-                if not is_step(event):
-                    result = event
-                frame = self.describe_event(event, time.perf_counter() - began - paused)
-                if frame is None:
-                    continue
-                last = self.latest = frame
-                now = time.perf_counter()
-                if now - posted >= 1 / FRAMES_PER_SECOND:
-                    self.post_message(FrameReady(frame))
-                    posted = now
-        except Exception as error:  # handed to the caller, who reports it
-            self.post_message(StreamOver(Outcome(error=error), last))
-            return
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()  # a generator's cleanup runs here, in its own thread
-        self.post_message(StreamOver(Outcome(result=result), last))
-
-    # -- the UI thread: draws frames, handles keys --------------------------------------------------
-
-    def draw(self, frame: Frame | None) -> None:
-        if frame is not None:
-            self.frame = frame
-            self.query_one("#canvas", CanvasView).show(render_canvas(frame))
-            self.follow(frame)
-        if self.frame is None:
-            return
-        note = ""
-        if self.outcome is not None:
-            note = "any key closes"
-        elif not self.running.is_set():
-            note = "paused"
-        self.query_one("#status", Static).update(render_status(self.frame, note), layout=False)  # height 1
-
-    def follow(self, frame: Frame) -> None:
-        """Keep the line the sampler just wrote in view; show the top once settled."""
-        scroll = self.query_one("#canvas", CanvasView)
-        line = 0 if frame.settled else active_line(frame)
-        if line is not None:
-            scroll.scroll_to(y=max(0, line - scroll.size.height // 2), animate=False, immediate=True)
-
-    def catch_up(self) -> None:
-        if self.outcome is None and self.latest is not None and self.latest is not self.frame and self.within_budget():
-            self.draw(self.latest)
-
-    def on_frame_ready(self, message: FrameReady) -> None:
-        if self.outcome is None and self.within_budget():  # else catch_up draws the latest frame later
-            self.draw(message.frame)
-
-    def on_stream_over(self, message: StreamOver) -> None:
-        if self.cancelled.is_set():
-            return
-        self.outcome = message.outcome
-        if message.outcome.error is not None or self.exit_when_done:
-            self.exit(message.outcome)
-        else:
-            self.draw(message.frame)
-
-    def action_cancel(self) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
-            return
-        self.cancelled.set()
-        self.running.set()  # a paused worker wakes up, sees the flag and stops
-        self.exit(Outcome(cancelled=True))
-
-    def action_pause(self) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
-            return
-        if self.running.is_set():
-            self.running.clear()
-        else:
-            self.running.set()
-        self.draw(None)
-
-    def on_key(self, event: textual_events.Key) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
 
 
 # -- what the CLI calls ----------------------------------------------------------------------------
@@ -302,6 +61,8 @@ def run_live(
         return result
     if view == "rich":
         return run_rich(events, describe_event)
+    from dcode.tui_app import LiveApp
+
     outcome = LiveApp(events, describe_event, exit_when_done=exit_when_done).run()
     if outcome is None or outcome.cancelled:
         raise KeyboardInterrupt

@@ -30,12 +30,15 @@ def python(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
     )
 
 
-def heavy_modules_after(statements: str, argv: list[str] | None = None, cwd: Path | None = None):
-    """Run `statements` in a fresh interpreter; at exit it reports which heavy modules were loaded."""
+def heavy_modules_after(
+    statements: str, argv: list[str] | None = None, cwd: Path | None = None, roots: tuple[str, ...] = HEAVY
+):
+    """Run `statements` in a fresh interpreter; at exit it reports which modules under `roots`
+    (default: the heavy ones) were loaded."""
     code = (
         "import atexit, json, sys\n"
         f"atexit.register(lambda: sys.__stderr__.write({REPORT!r} + json.dumps("
-        f"sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})) + '\\n'))\n"
+        f"sorted(m for m in sys.modules if m.split('.')[0] in {roots!r})) + '\\n'))\n"
         + (f"sys.argv = {argv!r}\n" if argv else "")
         + statements
     )
@@ -73,6 +76,15 @@ def test_check_imports_no_torch(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert heavy == []
+
+
+def test_generating_without_a_view_imports_no_textual() -> None:
+    """A pipe or -q draws nothing, so the Textual app (dcode.tui_app) is never loaded."""
+    argv = ["dcode", "new", "a function that adds two numbers", "--length", "16", "--no-repair", "-q"]
+    done, loaded = heavy_modules_after("from dcode.cli import main\nmain()", argv=argv, roots=("textual", "dcode"))
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    assert "dcode.tui" in loaded and "dcode.tui_app" not in loaded
+    assert not [m for m in loaded if m.startswith("textual")]
 
 
 def test_module_entry_point_help() -> None:

@@ -18,7 +18,8 @@ from textual.widgets import Static
 from dcode import tui
 from dcode.pipeline import Finished
 from dcode.render import COMMITTED_STYLE, MASK_STYLE, Describer
-from dcode.tui import CanvasView, LiveApp, Outcome, live_frame, run_live, run_rich
+from dcode.tui import live_frame, run_live, run_rich
+from dcode.tui_app import CanvasView, LiveApp, Outcome
 
 CODE = "def add(a, b):\n    return a + b\n"
 FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
