@@ -706,6 +706,15 @@ def test_bd_loss_equals_a_position_by_position_reference(tiny_model: Qwen2ForCau
     torch.testing.assert_close(loss, expected, atol=1e-5, rtol=0)
 
 
+def test_fit_options_reach_the_training_config() -> None:
+    from dcode.train.__main__ import command_line, train_config
+
+    assert train_config(command_line().parse_args(["fit"])) == TrainConfig()
+    args = command_line().parse_args(["fit", "--lr", "3e-4", "--certainty", "0.5", "--canvases", "64,128"])
+    config = train_config(args)
+    assert (config.lr, config.bd_lr, config.certainty, config.canvases) == (3e-4, 3e-4, 0.5, (64, 128))
+
+
 def test_certainty_term_is_the_mean_entropy_of_the_right_rows() -> None:
     logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 3.0]])
     targets = torch.tensor([0, 2, 2])  # rows 0 and 2 right, row 1 wrong

@@ -10,12 +10,17 @@ python -m dcode.train distill --out .train/distill   # the model's own answers a
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dcode.models import EMBEDDED
 
+if TYPE_CHECKING:
+    from dcode.train.train import TrainConfig
 
-def main() -> None:
+
+def command_line() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dcode.train")
     parser.add_argument("command", choices=["data", "fit", "export", "pack", "distill"])
     parser.add_argument("--data", type=Path, default=Path(".train/data"))
@@ -37,6 +42,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="rows of `context` tokens per step")
     parser.add_argument("--canvases", default=None, help="BD answer lengths, e.g. 64,128,256,512")
     parser.add_argument("--certainty", type=float, default=None, help="fit: certainty-forcing weight (dParallel)")
+    parser.add_argument(
+        "--lr", type=float, default=None, help="fit: peak learning rate of both phases (give it again on resuming)"
+    )
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32", help="export")
     parser.add_argument(
         "--weights",
@@ -44,7 +52,12 @@ def main() -> None:
         default="best",
         help="export the EMA weights, the live ones, or whichever has the lower validation BD loss",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command_line()
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -70,9 +83,22 @@ def main() -> None:
 
         distill(load(str(args.model)), args.data, args.out, args.requests)
         return
-    from dataclasses import replace
+    from dcode.train.train import Trainer
 
-    from dcode.train.train import TrainConfig, Trainer
+    trainer = Trainer(args.data, args.run, train_config(args), device=args.device, init=args.init)
+    if args.command == "fit":
+        trainer.fit(args.minutes)
+    else:
+        ema = args.weights == "ema"
+        if args.weights == "best":
+            ema, on_ema, on_live = trainer.prefer_ema("valid_bd")
+            print(f"validation BD loss: EMA {on_ema['valid_bd']:.4f}, live {on_live['valid_bd']:.4f}")
+        trainer.export(args.out, ema=ema, dtype=getattr(torch, args.dtype))
+
+
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """TrainConfig's defaults with the fit options given on the command line."""
+    from dcode.train.train import TrainConfig
 
     config = TrainConfig()
     if args.ar_tokens is not None:
@@ -83,15 +109,9 @@ def main() -> None:
         config = replace(config, canvases=tuple(int(c) for c in args.canvases.split(",")))
     if args.certainty is not None:
         config = replace(config, certainty=args.certainty)
-    trainer = Trainer(args.data, args.run, config, device=args.device, init=args.init)
-    if args.command == "fit":
-        trainer.fit(args.minutes)
-    else:
-        ema = args.weights == "ema"
-        if args.weights == "best":
-            ema, on_ema, on_live = trainer.prefer_ema("valid_bd")
-            print(f"validation BD loss: EMA {on_ema['valid_bd']:.4f}, live {on_live['valid_bd']:.4f}")
-        trainer.export(args.out, ema=ema, dtype=getattr(torch, args.dtype))
+    if args.lr is not None:
+        config = replace(config, lr=args.lr, bd_lr=args.lr)
+    return config
 
 
 if __name__ == "__main__":
