@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
 from sampling import run  # noqa: E402
 
 from dcode.config import SamplerConfig  # noqa: E402
-from dcode.models import apply_defaults, load  # noqa: E402
+from dcode.models import as_dcode_new_runs, load  # noqa: E402
 from dcode.train import distill  # noqa: E402
 from dcode.train.data import Examples  # noqa: E402
 
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     parser.add_argument("models", nargs="+", help="model folders (or dcode-tiny)")
     parser.add_argument("--data", type=Path, default=Path(".train/data"))
     parser.add_argument("--prompts", type=int, default=100, help="validation requests")
-    parser.add_argument("--dev", type=int, default=0, help="the first N dev requests (default: all 60)")
+    parser.add_argument("--dev", type=int, default=None, help="the first N dev requests (default: all 60)")
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument(
@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    sets = {"validation": requests(args.data, args.prompts), "dev": dev_requests()[: args.dev or None]}
+    sets = {"validation": requests(args.data, args.prompts), "dev": dev_requests()[: args.dev]}
     decodes = [json.loads(d) for d in args.decode] or [{}]
     results: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.models:
         model = load(name)
         for fields in decodes:
             # what `dcode new` runs with these options
-            config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)
+            config = as_dcode_new_runs(SamplerConfig(**fields), fields, model.facts.defaults)
             row = f"{name} {json.dumps(fields)}" if fields else name
             results[row] = {label: run(model, prompts, args.length, config) for label, prompts in sets.items()}
     counts = ", ".join(f"{len(p)} {label}" for label, p in sets.items())

@@ -25,7 +25,7 @@ import torch
 
 from dcode import pipeline
 from dcode.config import SamplerConfig
-from dcode.models import apply_defaults, load
+from dcode.models import as_dcode_new_runs, load
 from dcode.syntax import is_real_code
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
@@ -121,14 +121,12 @@ def main() -> None:
     ):
         for value in filter(None, (t.strip() for t in values.split(","))):
             settings[f"{label}-{float(value):g}"] = {"rule": rule, field: float(value)}
+    configs = {name: as_dcode_new_runs(SamplerConfig(**f), f, model.facts.defaults) for name, f in settings.items()}  # type: ignore[arg-type]
     if args.unheld:
-        adaptive = {
-            name: fields for name, fields in settings.items() if fields.get("rule") in ("threshold", "entropy-bound")
-        }
-        settings |= {f"{name}-unheld": {**fields, "hold_conflicts": False} for name, fields in adaptive.items()}
+        adaptive = [name for name, config in configs.items() if config.rule in ("threshold", "entropy-bound")]
+        configs |= {f"{name}-unheld": replace(configs[name], hold_conflicts=False) for name in adaptive}
     results = {}
-    for name, fields in settings.items():
-        config = apply_defaults(SamplerConfig(**fields), model.facts.defaults, fields)  # type: ignore[arg-type]
+    for name, config in configs.items():
         results[name] = run(model, prompts, args.length, replace(config, cache=not args.no_cache))
     base = results["one-per-pass"]
     threads = torch.get_num_threads()

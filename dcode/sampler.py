@@ -149,11 +149,14 @@ def commit_entropy_bound(entropies: torch.Tensor, gamma: float) -> torch.Tensor:
 def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     """Drop from one pass's commits the two conflicts parallel decoding is known for, so they are
     decided again next pass with their neighbours in view: a token equal to the one this pass
-    writes just left of it ("the the", "namename"; padding excepted), and an end token with a position before it
-    that this pass leaves unfilled (code cut off mid-line, since everything after an end is
-    padding). rows (N,) ascending block offsets to fill, tokens (N,) their chosen ids, pick the
-    row indices a commit rule chose. Returns the kept row indices, never empty: if everything
-    was held back, the leftmost row. Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2]
+    writes just left of it ("the the", "namename"; padding excepted), and an end token with a
+    position before it that this pass leaves unfilled (code cut off mid-line, since everything
+    after an end is padding).
+
+    rows (N,) ascending block offsets still to fill (N >= 1), tokens (N,) their chosen ids, pick
+    (k,) the row indices a commit rule chose, ends (m,) the end and padding ids. Returns the kept
+    row indices, ascending and never empty: if everything was held back, the leftmost row whose
+    token is not an end (else row 0). Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2]
     -> [0] (row 1 repeats row 0; row 2 ends the answer after row 1, which now stays masked)."""
     chosen = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
     chosen[pick] = True
@@ -163,7 +166,8 @@ def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends
     gap = (~chosen).cumsum(0) > 0  # at a chosen row: some row to its left stays unfilled
     chosen &= ~(is_end & gap)
     if not chosen.any():
-        chosen[0] = True
+        words = (~is_end).nonzero()[:, 0]
+        chosen[words[0] if len(words) else 0] = True
     return chosen.nonzero()[:, 0]
 
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import events as textual_events
@@ -21,7 +22,9 @@ from textual.strip import Strip
 from textual.widgets import Footer, Static
 
 from dcode.render import Frame, active_line, is_step, render_canvas, render_status
-from dcode.tui import DescribeEvent, Events
+
+if TYPE_CHECKING:
+    from dcode.tui import DescribeEvent, Events  # dcode.tui imports this module when it draws
 
 FRAMES_PER_SECOND = 8  # most frames the worker posts
 CATCH_UP_PER_SECOND = 4  # how often the app looks for a frame it held back

@@ -213,7 +213,8 @@ class ScriptedDenoiser:
     probability on a script's token ids in order, then on pad (a run left partly filled by the
     last pass goes on where it was); forward pass k uses script k (the
     last one repeats), so a draft and a repair round can write different things. Under the
-    threshold rule every mask is committed in the first pass. Records each canvas it is given;
+    threshold rule every mask is committed in the first pass (unless the script repeats a token
+    in neighbouring positions: the sampler holds the second back a pass). Records each canvas it is given;
     raises KeyboardInterrupt on pass `interrupt_at`. Full attention, unshifted logits, no cache."""
 
     def __init__(

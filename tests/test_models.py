@@ -358,3 +358,14 @@ def test_special_ids_fall_back_to_the_tokenizer(case: str, tiny_checkpoint: Path
     want = getattr(model.tokenizer, tokenizer_attr)
     got = getattr(model.facts, fact)
     assert got == (frozenset({want}) if fact == "eos_ids" else want)
+
+
+def test_what_dcode_new_runs_with_some_options_set() -> None:
+    tiny = {"rule": "entropy-bound", "entropy_bound": 0.6, "threshold": 0.7}
+    alone = models.as_dcode_new_runs(SamplerConfig(threshold=0.5), {"threshold"}, tiny)
+    assert (alone.rule, alone.threshold, alone.entropy_bound) == ("threshold", 0.5, 0.6)  # its own rule
+    assert models.as_dcode_new_runs(SamplerConfig(), set(), tiny) == SamplerConfig(**tiny)  # type: ignore[arg-type]
+    both = models.as_dcode_new_runs(SamplerConfig(threshold=0.5, steps=4), {"threshold", "steps"}, tiny)
+    assert both.rule == "entropy-bound"  # two rules' settings: neither is implied, the family's rule stays
+    chosen = models.as_dcode_new_runs(SamplerConfig(rule="schedule", threshold=0.5), {"rule", "threshold"}, tiny)
+    assert (chosen.rule, chosen.threshold) == ("schedule", 0.5)

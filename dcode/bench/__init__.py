@@ -59,7 +59,8 @@ class Setting:
 
 def settings(block: int | None, defaults: Mapping[str, object] | None = None) -> list[Setting]:
     """(a) one token per forward pass with no cache: what the reference Dream / LLaDA loop does.
-    (b) dcode's fast settings: Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
+    (b) dcode's fast settings (conflicting commits held back where the family does, as `dcode
+    new` does): Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
     finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones,
     without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default); and,
     for a model with its own recommended values (`defaults`, e.g. dcode-tiny's threshold 0.7),

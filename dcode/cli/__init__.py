@@ -10,7 +10,6 @@ Heavy imports (torch, transformers) happen inside the commands that need a model
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import typer
 from typer.core import TyperGroup
 
-from dcode.config import APPROX_CACHES, ORDERINGS, RULES, Rule, SamplerConfig
+from dcode.config import APPROX_CACHES, ORDERINGS, RULES, SamplerConfig
 
 if TYPE_CHECKING:
     from dcode.models import Denoiser
@@ -332,22 +331,13 @@ def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
     return fields
 
 
-# A rule's own setting -> that rule: `--threshold 0.9` alone means threshold decoding, whatever
-# rule the CLI or the model's family would otherwise pick.
-RULE_OF_SETTING: dict[str, Rule] = {"threshold": "threshold", "entropy_bound": "entropy-bound", "steps": "schedule"}
-
-
 def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
     """`config` with the model family's recommended settings for every option the user left unset;
     without `--strategy`, a rule's own option set alone picks that rule."""
-    from dcode.models import apply_defaults
+    from dcode.models import as_dcode_new_runs
 
-    explicit = explicit_sampler_fields(ctx)
-    implied = {rule for field, rule in RULE_OF_SETTING.items() if field in explicit}
-    if "rule" not in explicit and len(implied) == 1:
-        config, explicit = dataclasses.replace(config, rule=implied.pop()), explicit | {"rule"}
     try:
-        return apply_defaults(config, denoiser.facts.defaults, explicit)
+        return as_dcode_new_runs(config, explicit_sampler_fields(ctx), denoiser.facts.defaults)
     except ValueError as error:
         fail(f"{denoiser.facts.name}: {error}", USAGE)
 

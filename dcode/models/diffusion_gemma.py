@@ -38,6 +38,7 @@ DEFAULTS: dict[str, object] = {
     "cooling": 0.5,
     "max_block_steps": 48,
     "stop_entropy": 0.005,
+    "hold_conflicts": False,  # as transformers' loop, which commits what the entropy bound picks
 }
 # Gemma's end of a chat turn (Gemma 3 spelling, Gemma 4 spelling); absent ones are skipped.
 END_TOKENS = ("<end_of_turn>", "<turn|>")
