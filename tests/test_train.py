@@ -710,9 +710,10 @@ def test_fit_options_reach_the_training_config() -> None:
     from dcode.train.__main__ import command_line, train_config
 
     assert train_config(command_line().parse_args(["fit"])) == TrainConfig()
-    args = command_line().parse_args(["fit", "--lr", "3e-4", "--certainty", "0.5", "--canvases", "64,128"])
-    config = train_config(args)
+    args = ["fit", "--lr", "3e-4", "--certainty", "0.5", "--canvases", "64,128", "--t-min", "0.4"]
+    config = train_config(command_line().parse_args(args))
     assert (config.lr, config.bd_lr, config.certainty, config.canvases) == (3e-4, 3e-4, 0.5, (64, 128))
+    assert config.t_min == 0.4
 
 
 def test_certainty_term_is_the_mean_entropy_of_the_right_rows() -> None:

@@ -45,6 +45,7 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument(
         "--lr", type=float, default=None, help="fit: peak learning rate of both phases (give it again on resuming)"
     )
+    parser.add_argument("--t-min", type=float, default=None, help="fit: lowest masking rate of a BD block")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32", help="export")
     parser.add_argument(
         "--weights",
@@ -109,6 +110,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         config = replace(config, canvases=tuple(int(c) for c in args.canvases.split(",")))
     if args.certainty is not None:
         config = replace(config, certainty=args.certainty)
+    if args.t_min is not None:
+        config = replace(config, t_min=args.t_min)
     if args.lr is not None:
         config = replace(config, lr=args.lr, bd_lr=args.lr)
     return config
