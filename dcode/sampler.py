@@ -155,9 +155,10 @@ def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends
 
     rows (N,) ascending block offsets still to fill (N >= 1), tokens (N,) their chosen ids, pick
     (k,) the row indices a commit rule chose, ends (m,) the end and padding ids. Returns the kept
-    row indices, ascending and never empty: if everything was held back, the leftmost row whose
-    token is not an end (else row 0). Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2]
-    -> [0] (row 1 repeats row 0; row 2 ends the answer after row 1, which now stays masked)."""
+    row indices, ascending and never empty: if everything was held back, the leftmost row, which
+    can conflict with nothing (an end there ends the answer where the model puts it).
+    Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2] -> [0] (row 1 repeats row 0;
+    row 2 ends the answer after row 1, which now stays masked)."""
     chosen = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
     chosen[pick] = True
     is_end = torch.isin(tokens, ends)
@@ -166,8 +167,7 @@ def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends
     gap = (~chosen).cumsum(0) > 0  # at a chosen row: some row to its left stays unfilled
     chosen &= ~(is_end & gap)
     if not chosen.any():
-        words = (~is_end).nonzero()[:, 0]
-        chosen[words[0] if len(words) else 0] = True
+        chosen[0] = True  # nothing before it is unfilled and nothing beside it is written now
     return chosen.nonzero()[:, 0]
 
 

@@ -378,7 +378,7 @@ def test_hold_back() -> None:
     assert kept([a, b, PAD, PAD, PAD], [0, 1, 2, 3, 4]) == [0, 1, 2, 3, 4]  # padding runs are no repeats
     assert kept([a, a, EOS, b, a], [0, 1, 2]) == [0]  # the docstring's example
     assert kept([a, EOS, b, b, a], [1]) == [0]  # everything held back: the leftmost row
-    assert kept([EOS, b, a, EOS, a], [3]) == [1]  # ...that is not an end, which would cut the answer there
+    assert kept([EOS, b, a, EOS, a], [3]) == [0]  # ...even if it ends the answer: no gap before it
     assert kept([PAD, EOS, PAD, EOS, PAD], [3]) == [0]
     assert kept([a, a, b, EOS, a], [3, 1, 0, 1]) == [0]  # an entropy-bound pick: unsorted, repeats
 
