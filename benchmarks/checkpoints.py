@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
 
 from sampling import run  # noqa: E402
 
+from dcode.bench import python_prompts  # noqa: E402
 from dcode.config import SamplerConfig  # noqa: E402
 from dcode.models import as_dcode_new_runs, load  # noqa: E402
 from dcode.train import distill  # noqa: E402
@@ -43,8 +44,7 @@ def requests(data: Path, count: int, seed: int = 0) -> list[str]:
 
 def dev_requests() -> list[str]:
     """The user-style requests written for choosing (benchmarks/dev_prompts.jsonl, not the eval set)."""
-    rows = [json.loads(line) for line in DEV.read_text().splitlines() if line.strip()]
-    return [r["prompt"] for r in rows if r["lang"] == "python"]
+    return python_prompts(DEV)
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:

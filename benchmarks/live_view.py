@@ -25,6 +25,8 @@ import termios
 import time
 from pathlib import Path
 
+from dcode.bench import python_prompts
+
 PROMPTS = Path(__file__).resolve().parent / "prompts.jsonl"
 
 
@@ -60,8 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     prompts = [args.prompt]
     if args.prompts:
-        rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-        prompts = [row["prompt"] for row in rows if row["lang"] == "python"][: args.prompts]
+        prompts = python_prompts(PROMPTS)[: args.prompts]
     out = Path(tempfile.mkdtemp()) / "out.json"
     with_view, without = [], []  # per repeat: (sampling seconds, process seconds) summed over the prompts
     for _ in range(args.repeats):

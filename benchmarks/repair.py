@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from dcode import pipeline
+from dcode.bench import python_prompts
 from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
 from dcode.models import apply_defaults, load
 from dcode.repair import Repaired
@@ -180,8 +181,7 @@ def main() -> None:
     model = load(args.model)
     # what `dcode new --seed N` runs with no other options
     configs = [apply_defaults(SamplerConfig(seed=args.seed + k), model.facts.defaults, ()) for k in range(args.seeds)]
-    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-    prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.prompts or None]
+    prompts = python_prompts(PROMPTS)[: args.prompts or None]
     rng = random.Random(0)
     results = {
         "model": model.facts.name,

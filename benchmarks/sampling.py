@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from dcode import pipeline
+from dcode.bench import python_prompts
 from dcode.config import SamplerConfig
 from dcode.models import as_dcode_new_runs, load
 from dcode.syntax import is_real_code
@@ -109,8 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-    prompts = [r["prompt"] for r in rows if r["lang"] == "python"]
+    prompts = python_prompts(PROMPTS)
     if args.limit:
         prompts = prompts[: args.limit]
     model = load(args.model)

@@ -36,6 +36,7 @@ from sampling import PROMPTS, key_word_share, summary  # noqa: E402
 from sampling import run as run_diffusion  # noqa: E402
 
 from dcode import pipeline  # noqa: E402
+from dcode.bench import python_prompts  # noqa: E402
 from dcode.config import SamplerConfig  # noqa: E402
 from dcode.models import EMBEDDED, load  # noqa: E402
 from dcode.syntax import is_real_code  # noqa: E402
@@ -167,8 +168,7 @@ def main(argv: list[str] | None = None, config: TrainConfig | None = None) -> di
     unknown = [r for r in chosen if r not in RECIPES]
     if unknown:
         parser.error(f"unknown recipe {unknown[0]!r} (choose from {', '.join(RECIPES)})")
-    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-    prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.limit or None]
+    prompts = python_prompts(PROMPTS)[: args.limit or None]
     config = config or RECIPE_CONFIG
     budget = args.cpu_minutes * 60
 

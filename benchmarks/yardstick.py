@@ -36,6 +36,7 @@ from sampling import PROMPTS  # noqa: E402
 from sampling import run as run_diffusion  # noqa: E402
 from training_recipes import NEVER, run_autoregressive  # noqa: E402
 
+from dcode.bench import python_prompts  # noqa: E402
 from dcode.config import SamplerConfig  # noqa: E402
 from dcode.models import EMBEDDED, apply_defaults, load  # noqa: E402
 from dcode.train.train import TrainConfig, Trainer  # noqa: E402
@@ -73,8 +74,7 @@ def train(args: argparse.Namespace, config: TrainConfig) -> list[dict]:
 
 
 def evaluate(args: argparse.Namespace) -> dict[str, dict]:
-    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
-    prompts = [r["prompt"] for r in rows if r["lang"] == "python"][: args.limit or None]
+    prompts = python_prompts(PROMPTS)[: args.limit or None]
     report: dict[str, dict] = {}
     for folder in args.folders:
         trained = json.loads((folder / "config.json").read_text()).get("dcode_training", {})

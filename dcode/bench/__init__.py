@@ -119,3 +119,8 @@ def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
     if not rows:
         raise ValueError(f"{path}: no prompts")
     return rows[:limit] if limit > 0 else rows
+
+
+def python_prompts(path: Path = PROMPTS) -> list[str]:
+    """The python requests of a JSON-lines prompt set, in order (the benchmark scripts' input)."""
+    return [row["prompt"] for row in read_prompts(path) if row["lang"] == "python"]

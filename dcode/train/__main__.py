@@ -101,20 +101,17 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     """TrainConfig's defaults with the fit options given on the command line."""
     from dcode.train.train import TrainConfig
 
-    config = TrainConfig()
-    if args.ar_tokens is not None:
-        config = replace(config, ar_tokens=args.ar_tokens)
-    if args.batch is not None:
-        config = replace(config, batch=args.batch)
-    if args.canvases is not None:
-        config = replace(config, canvases=tuple(int(c) for c in args.canvases.split(",")))
-    if args.certainty is not None:
-        config = replace(config, certainty=args.certainty)
-    if args.t_min is not None:
-        config = replace(config, t_min=args.t_min)
-    if args.lr is not None:
-        config = replace(config, lr=args.lr, bd_lr=args.lr)
-    return config
+    canvases = tuple(int(c) for c in args.canvases.split(",")) if args.canvases is not None else None
+    given = {
+        "ar_tokens": args.ar_tokens,
+        "batch": args.batch,
+        "canvases": canvases,
+        "certainty": args.certainty,
+        "t_min": args.t_min,
+        "lr": args.lr,
+        "bd_lr": args.lr,
+    }
+    return replace(TrainConfig(), **{field: value for field, value in given.items() if value is not None})
 
 
 if __name__ == "__main__":
