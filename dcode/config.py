@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 Ordering = Literal["confidence", "margin", "entropy", "random"]
-Rule = Literal["schedule", "threshold", "entropy-bound"]
+Rule = Literal["schedule", "threshold", "entropy-bound", "verify"]
 ApproxCache = Literal["dual", "prefix", "off"]
 
 # Fillings per repair round until one leaves fewer syntax issues: the first with the sampler as
@@ -35,7 +35,9 @@ class SamplerConfig:
     # entropy (Dream entropy), or random order (LLaDA random / Dream origin).
     ordering: Ordering = "confidence"
     # How many positions to commit per pass: a fixed schedule, every position whose chosen-token
-    # probability is >= threshold (Fast-dLLM), or the entropy bound (EB-sampler).
+    # probability is >= threshold (Fast-dLLM), the entropy bound (EB-sampler), or "verify": drafted
+    # tokens checked left to right in one batched pass, committing the run the model confirms
+    # (exactly the output of filling one position per pass, leftmost first; sampler.verified_run).
     rule: Rule = "threshold"
     # Forward passes for the whole answer under the fixed schedule, shared among blocks in
     # proportion to their masks (so the total can differ by a pass or two); None = one token per pass.
@@ -62,6 +64,12 @@ class SamplerConfig:
     # as the previous pass's and the mean entropy of its distributions is below this, commit the
     # rest greedily (DiffusionGemma: 0.005). 0 = off.
     stop_entropy: float = 0.0
+    # The verify rule: at most this many drafted tokens checked per pass (the pass feeds this many
+    # more rows). 0 = no drafts: one token per pass, leftmost first. Ignored by the other rules.
+    draft: int = 15
+    # The verify rule drafts only tokens its row chose with at least this probability; a draft
+    # the model is unsure of would rarely stand, and every draft checked costs a row.
+    draft_floor: float = 0.2
     # Reuse keys/values of finished blocks where the model's attention makes that exact.
     cache: bool = True
     # With the cache on, how a full-attention model (Dream, LLaDA) reuses keys/values inside a block
@@ -100,6 +108,10 @@ class SamplerConfig:
             raise ValueError("steps must be at least 1")
         if not 0.0 < self.threshold <= 1.0:  # NaN fails too
             raise ValueError("threshold must be in (0, 1]")
+        if self.draft < 0:
+            raise ValueError("draft must be at least 0")
+        if not 0.0 <= self.draft_floor <= 1.0:
+            raise ValueError("draft floor must be in [0, 1]")
         if self.block is not None and self.block < 1:
             raise ValueError("block must be at least 1")
         if not 0 <= self.temperature < math.inf:  # also rejects NaN

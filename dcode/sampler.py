@@ -4,14 +4,15 @@ Pure tensor code: takes a denoiser (see dcode.models.base) and a canvas of token
 positions are still to fill (by default those holding the mask token), and fills them block by
 block. A masked-diffusion model sees those positions as masks; a uniform-noise model
 (DiffusionGemma) sees them as random tokens, re-noised before every pass, and may be fed the
-previous pass's logits. Knows nothing about tokenizers, tree-sitter, files or the terminal. The
-CLI, the live view, the repair pass, the benchmarks and the tests all consume this generator;
-"just the result" is final(denoise(...)).
+previous pass's logits. Which positions a pass writes, and with what, the pure functions of
+dcode.rules decide (fixed schedule, threshold, entropy bound, verified drafts). Knows nothing
+about tokenizers, tree-sitter, files or the terminal. The CLI, the live view, the repair pass,
+the benchmarks and the tests all consume this generator; "just the result" is final(denoise(...)).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -19,6 +20,21 @@ import torch
 
 from dcode.config import SamplerConfig
 from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
+from dcode.rules import (
+    SCORES,
+    choose_tokens,
+    chosen_probability,
+    commit_entropy_bound,
+    commit_threshold,
+    commit_top,
+    draft_rows,
+    entropy,
+    gumbel_noise,
+    hold_back,
+    penalize_repeats,
+    schedule_counts,
+    verified_run,
+)
 
 
 @dataclass(frozen=True)
@@ -32,143 +48,7 @@ class Step:
     masked: int  # positions left to fill after this pass (they hold the mask id in `canvas`)
     done: bool  # nothing is left to fill
     renoised: int = 0  # positions fed as fresh random tokens to this pass (uniform-noise models)
-
-
-# ---------------------------------------------------------------------------------------------
-# Token choice and certainty: pure functions over (N, V) logits of the masked positions.
-
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of tokens whose probability
-    reaches top_p, set the rest to -inf. logits (N, V) -> (N, V)."""
-    if top_p >= 1.0:
-        return logits
-    ordered, index = logits.sort(dim=-1, descending=True)
-    cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
-    drop = cumulative - ordered.softmax(dim=-1) >= top_p  # the top token is always kept
-    ordered = ordered.masked_fill(drop, float("-inf"))
-    return torch.full_like(logits, float("-inf")).scatter(-1, index, ordered)
-
-
-def choose_tokens(
-    logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick a token per row. Returns tokens (N,) and the distribution they came from (N, V).
-
-    temperature 0 is argmax; otherwise Gumbel-max in float64 (LLaDA: low-precision Gumbel noise
-    hurts quality): argmax(l / T + g), g = -log(-log u), which samples softmax(l / T).
-    """
-    logits = logits.double()  # (N, V)
-    if temperature == 0:
-        return logits.argmax(dim=-1), logits.softmax(dim=-1)
-    scaled = top_p_filter(logits / temperature, top_p)  # temperature first, then nucleus (as HF/Dream)
-    u = torch.rand(scaled.shape, generator=gen, dtype=torch.float64).to(scaled.device)
-    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
-    return (scaled + gumbel).argmax(dim=-1), scaled.softmax(dim=-1)
-
-
-def entropy(probs: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats per row. probs (N, V) -> (N,)."""
-    return -(probs * probs.clamp_min(1e-30).log()).sum(dim=-1)
-
-
-def chosen_probability(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    return probs.gather(-1, tokens[:, None])[:, 0]  # (N,)
-
-
-def score_confidence(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return chosen_probability(probs, tokens)
-
-
-def score_margin(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    top2 = probs.topk(2, dim=-1).values  # (N, 2)
-    return top2[:, 0] - top2[:, 1]
-
-
-def score_entropy(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return -entropy(probs)
-
-
-def score_random(probs: torch.Tensor, tokens: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    return torch.rand(len(tokens), generator=gen, dtype=torch.float64).to(probs.device)
-
-
-SCORES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]] = {
-    "confidence": score_confidence,
-    "margin": score_margin,
-    "entropy": score_entropy,
-    "random": score_random,
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Commit rules: which of the N candidate rows to fill this pass. Each returns row indices.
-
-
-def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL's repetition penalty (Keskar et al. 2019, eq. 2 as llama.cpp applies it): the logits
-    (n, V) of the token ids in `seen` (k,) divided by `penalty` where positive, multiplied where
-    negative, so the repeat always gets less likely. Example: penalty 2: [4, -1] -> [2, -2]."""
-    if penalty == 1.0 or len(seen) == 0:
-        return logits
-    ids = seen.unique()
-    picked = logits[:, ids]
-    logits[:, ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
-    return logits
-
-
-def schedule_counts(masked: int, steps: int) -> list[int]:
-    """LLaDA's fixed schedule: split `masked` tokens evenly over `steps` passes, remainder first.
-    Example: schedule_counts(10, 4) -> [3, 3, 2, 2]."""
-    steps = max(1, min(steps, masked))
-    base, extra = divmod(masked, steps)
-    return [base + (1 if i < extra else 0) for i in range(steps)]
-
-
-def commit_top(scores: torch.Tensor, count: int) -> torch.Tensor:
-    """The `count` rows with the highest score."""
-    return scores.topk(min(count, len(scores))).indices
-
-
-def commit_threshold(probability: torch.Tensor, scores: torch.Tensor, tau: float) -> torch.Tensor:
-    """Fast-dLLM: every row whose chosen-token probability is >= tau; if none, the best-scored
-    row alone, so the loop never stalls."""
-    above = (probability >= tau).nonzero()[:, 0]
-    return above if len(above) else scores.argmax()[None]
-
-
-def commit_entropy_bound(entropies: torch.Tensor, gamma: float) -> torch.Tensor:
-    """EB-sampler: sort by entropy ascending, accept the largest k with
-    sum(H_1..H_k) - max(H_1..H_k) <= gamma (always at least one)."""
-    ordered, index = entropies.sort()
-    slack = ordered.cumsum(0) - ordered.cummax(0).values
-    k = int((slack <= gamma).sum().clamp_min(1))
-    return index[:k]
-
-
-def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """Drop from one pass's commits the two conflicts parallel decoding is known for, so they are
-    decided again next pass with their neighbours in view: a token equal to the one this pass
-    writes just left of it ("the the", "namename"; padding excepted), and an end token with a
-    position before it that this pass leaves unfilled (code cut off mid-line, since everything
-    after an end is padding).
-
-    rows (N,) ascending block offsets still to fill (N >= 1), tokens (N,) their chosen ids, pick
-    (k,) the row indices a commit rule chose, ends (m,) the end and padding ids. Returns the kept
-    row indices, ascending and never empty: if everything was held back, the leftmost row, which
-    can conflict with nothing (an end there ends the answer where the model puts it).
-    Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2] -> [0] (row 1 repeats row 0;
-    row 2 ends the answer after row 1, which now stays masked)."""
-    chosen = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
-    chosen[pick] = True
-    is_end = torch.isin(tokens, ends)
-    twin = chosen[1:] & chosen[:-1] & (rows[1:] == rows[:-1] + 1) & (tokens[1:] == tokens[:-1])
-    chosen[1:] &= ~(twin & ~is_end[1:])  # a run of padding is how an answer ends
-    gap = (~chosen).cumsum(0) > 0  # at a chosen row: some row to its left stays unfilled
-    chosen &= ~(is_end & gap)
-    if not chosen.any():
-        chosen[0] = True  # nothing before it is unfilled and nothing beside it is written now
-    return chosen.nonzero()[:, 0]
+    rows: int = 1  # canvases this pass fed side by side (the verify rule's drafts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,6 +147,9 @@ def denoise(
     renoiser = cast(UniformDenoiser, model) if facts.noise == "uniform" else None
     if renoiser is not None and start < 1:
         raise ValueError("a uniform-noise model needs at least one prompt token as context")
+    verify = config.rule == "verify"
+    if verify and renoiser is not None:
+        raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
     if fill is not None and fill.shape != canvas.shape:
         raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
     gen = torch.Generator().manual_seed(config.seed)
@@ -276,7 +159,8 @@ def denoise(
     cache = model.new_cache() if config.cache else None
     # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
     windowed = cast(WindowDenoiser, model)
-    approx = config.cache and cache is None and renoiser is None and config.approx_cache != "off"
+    # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
+    approx = config.cache and cache is None and renoiser is None and config.approx_cache != "off" and not verify
     window_cache = windowed.new_window_cache() if approx and hasattr(model, "new_window_cache") else None
     is_masked = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)
     is_masked[:start] = False  # the prompt is never filled
@@ -288,6 +172,45 @@ def denoise(
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
     banned = torch.tensor(sorted(set(ban)), dtype=torch.long, device=device)
 
+    def candidates(
+        row_logits: torch.Tensor, row: torch.Tensor, drafts: int, rows: torch.Tensor, span: tuple[int, int]
+    ) -> torch.Tensor:
+        """The logits (n, V) of positions to fill in the block `span`, as choices: never a mask or
+        a banned id, and repeats of what the canvas `row` (L,) shows penalized, counting the first
+        `drafts` of the block's open offsets `rows` as written (a verify row's drafts)."""
+        row_logits[:, facts.mask_id] = float("-inf")  # a mask is never an answer
+        row_logits[:, banned] = float("-inf")
+        if config.repetition_penalty == 1.0:
+            return row_logits
+        s, e = span
+        lo = max(start, s - config.repetition_window)
+        open_now = is_masked.clone()
+        open_now[rows[:drafts] + s] = False
+        seen = row[lo:e][~open_now[lo:e]]
+        return penalize_repeats(row_logits, seen[~torch.isin(seen, ends)], config.repetition_penalty)
+
+    def drafts_from(
+        row_logits: torch.Tensor,
+        row: torch.Tensor,
+        offsets: torch.Tensor,
+        shift: int,
+        width: int,
+        temperature: float,
+        noise: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The verify rule's drafts (width,) for a block's open `offsets`, chosen from a row's
+        logits (reach-s, V) at shift + offsets with the block's noise; the mask id elsewhere."""
+        drafts = torch.full((width,), facts.mask_id, dtype=canvas.dtype, device=device)
+        if len(offsets):
+            choices = candidates(row_logits[shift + offsets], row, 0, offsets, (start, start))
+            chosen, probs = choose_tokens(
+                choices, temperature, config.top_p, gen, None if noise is None else noise[offsets]
+            )
+            unsure = chosen_probability(probs, chosen) < config.draft_floor
+            drafts[offsets] = chosen.masked_fill(unsure, facts.mask_id)
+        return drafts
+
+    ahead_of: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # block start -> drafts, noise
     for s, e in block_spans(start, length, size, aligned):
         in_block = int(is_masked[s:e].sum())
         if in_block == 0:
@@ -299,11 +222,22 @@ def denoise(
         horizon = config.max_block_steps or in_block  # the passes the temperature schedule spans
         previous: torch.Tensor | None = None  # (1, e-s, V) last pass's scaled logits (uniform models)
         before: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
+        # The verify rule's drafts (e-s,) for positions still to fill and its Gumbel noise (e-s, V),
+        # one draw per position; the pass that finished the block before may have drafted this one.
+        proposal, noise = ahead_of.pop(s, (None, None))
         step_in_block = 0
         while bool(is_masked[s:e].any()):
             temperature = linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
             rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
-            # 1) forward: with a cache only the uncached stretch up to this block's end
+            drafted = rows[:0] if proposal is None else proposal[rows[: min(config.draft, len(rows) - 1)]]
+            if bool((drafted == facts.mask_id).any()):  # no draft there, and none checked after it
+                drafted = drafted[: int((drafted == facts.mask_id).nonzero()[0])]
+            if len(drafted) and bool(torch.isin(drafted, ends).any()):  # nothing after an end needs checking
+                drafted = drafted[: int(torch.isin(drafted, ends).nonzero()[0]) + 1]
+            feed = draft_rows(canvas, rows[: len(drafted)] + s, drafted) if verify else canvas[None]  # (R, L)
+            # A verify pass that may finish the block reads the next block too (still masked), to draft it.
+            reach = min(e + size, length) if verify and len(drafted) == len(rows) - 1 else e
+            # 1) forward: with a cache only the uncached stretch up to `reach`; logits (R, reach-s, V)
             if renoiser is not None:
                 # The context goes into the cache once, clean (without a cache: every pass, afresh);
                 # the block goes in alone, its unfilled positions re-noised.
@@ -313,68 +247,92 @@ def denoise(
                     renoiser.extend(canvas[None, c:s], context)
                 noisy = canvas[s:e].clone()
                 noisy[rows] = uniform_noise(len(rows), facts.vocab_size, facts.mask_id, gen).to(device)
-                logits = renoiser(noisy[None], context, previous=previous)[0]  # (e-s, V)
-                previous = (logits / temperature if temperature > 0 else logits)[None]
+                logits = renoiser(noisy[None], context, previous=previous)  # (1, e-s, V)
+                previous = logits / temperature if temperature > 0 else logits
                 fed = e - c
             elif cache is not None:
                 c = cache.length
-                out = model(canvas[None, c:e], cache)[0]  # (e-c, V)
+                out = model(feed[:, c:reach], cache)  # (R, reach-c, V)
                 cache.crop(a)  # keep finished blocks only
-                fed = e - c
+                fed = (reach - c) * len(feed)
                 if facts.shifted:
                     if c <= s - 1:
-                        carry = out[s - 1 - c]
+                        carry = out[0, s - 1 - c]  # the same in every row: it lies before the block
                     assert carry is not None
-                    logits = torch.cat([carry[None], out[s - c : e - c - 1]])  # rows for s..e-1
+                    logits = torch.cat([carry.expand(len(feed), 1, -1), out[:, s - c : reach - c - 1]], dim=1)
                 else:
-                    logits = out[s - c : e - c]
+                    logits = out[:, s - c : reach - c]
             elif window_cache is not None and step_in_block > 0:
                 # Fast-dLLM: the window alone, every other position read from the block's first pass.
                 # Its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s).
                 window = window_cache.window
-                logits = windowed.window(canvas[None, window[0] : window[1]], window_cache)[0][: e - s]  # (e-s, V)
+                logits = windowed.window(canvas[None, window[0] : window[1]], window_cache)[:, : e - s]
                 fed = window[1] - window[0]
             else:
                 if window_cache is not None:  # the block's first pass: the whole canvas, cached but the window
                     lo = s - 1 if facts.shifted else s
                     hi = e if config.approx_cache == "dual" else length
-                    out = windowed.refresh(canvas[None], (lo, hi), window_cache)[0]  # (L, V)
+                    out = windowed.refresh(canvas[None], (lo, hi), window_cache)  # (1, L, V)
                 else:
-                    out = model(canvas[None], None)[0]  # (L, V)
-                fed = length
-                logits = out[s - 1 : e - 1] if facts.shifted else out[s:e]
+                    out = model(feed, None)  # (R, L, V)
+                fed = length * len(feed)
+                logits = out[:, s - 1 : reach - 1] if facts.shifted else out[:, s:reach]
             forward += 1
 
-            # 2) a token and a score for every position of the block still to fill
-            candidates = logits[rows]
-            candidates[:, facts.mask_id] = float("-inf")  # a mask is never an answer
-            candidates[:, banned] = float("-inf")
-            if config.repetition_penalty != 1.0:
-                recent = canvas[max(start, s - config.repetition_window) : e]
-                seen = recent[~is_masked[max(start, s - config.repetition_window) : e]]
-                seen = seen[~torch.isin(seen, ends)]  # an end or padding is not a repeat
-                candidates = penalize_repeats(candidates, seen, config.repetition_penalty)
-            tokens, probs = choose_tokens(candidates, temperature, config.top_p, gen)
-            scores = score(probs, tokens, gen)
-
-            # 3) commit some of them; all of them, greedily, on the block's last allowed pass or
-            # once it is stable and confident
-            settled = False
-            if config.stop_entropy > 0:
-                settled, before = stable_and_confident(logits, temperature, facts.mask_id, before, config.stop_entropy)
-            capped = config.max_block_steps is not None and step_in_block + 1 >= config.max_block_steps
-            if settled or capped:
-                pick = torch.arange(len(rows), device=rows.device)
-                tokens = candidates.argmax(dim=-1)
-            elif config.rule == "schedule":
-                count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
-                pick = commit_top(scores, count)
-            elif config.rule == "threshold":
-                pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
+            if verify:
+                # 2-3) row r chose the token after its r drafts; the drafts that are what their row
+                # chose stand, and so does the choice of the first row that disagrees
+                if noise is None and temperature > 0:
+                    noise = gumbel_noise((e - s, logits.shape[-1]), gen, device)
+                count = len(feed)
+                firsts = torch.cat(
+                    [candidates(logits[r, rows[r : r + 1]], feed[r], r, rows, (s, e)) for r in range(count)]
+                )
+                chosen, probs = choose_tokens(
+                    firsts, temperature, config.top_p, gen, None if noise is None else noise[rows[:count]]
+                )
+                m = verified_run(chosen, drafted)
+                ended = m > 0 and bool(torch.isin(drafted[m - 1], ends))  # an end confirmed: nothing after it
+                take = m if ended else m + 1
+                tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]])[:take], torch.arange(take, device=device)
+                scores = chosen_probability(probs, chosen)
+                # Next pass's drafts: what row m, which saw every token committed now, chose for the
+                # rest of the block; if this pass finished the block, for the next block too.
+                proposal = drafts_from(logits[m], feed[m], rows[m + 1 :], 0, e - s, temperature, noise)
+                following = is_masked[e:reach].nonzero()[:, 0]  # the next block's open offsets
+                if take == len(rows) and not bool(torch.isin(chosen[m], ends)) and len(following):
+                    later = gumbel_noise((reach - e, logits.shape[-1]), gen, device) if temperature > 0 else None
+                    ahead_of[e] = (
+                        drafts_from(logits[m], feed[m], following, e - s, reach - e, temperature, later),
+                        later,
+                    )
             else:
-                pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
-            if config.hold_conflicts and not (settled or capped) and config.rule != "schedule":
-                pick = hold_back(rows, tokens, pick, ends)
+                # 2) a token and a score for every position of the block still to fill
+                block_logits = logits[0]
+                row_candidates = candidates(block_logits[rows], canvas, 0, rows, (s, e))
+                tokens, probs = choose_tokens(row_candidates, temperature, config.top_p, gen)
+                scores = score(probs, tokens, gen)
+
+                # 3) commit some of them; all of them, greedily, on the block's last allowed pass or
+                # once it is stable and confident
+                settled = False
+                if config.stop_entropy > 0:
+                    settled, before = stable_and_confident(
+                        block_logits, temperature, facts.mask_id, before, config.stop_entropy
+                    )
+                capped = config.max_block_steps is not None and step_in_block + 1 >= config.max_block_steps
+                if settled or capped:
+                    pick = torch.arange(len(rows), device=rows.device)
+                    tokens = row_candidates.argmax(dim=-1)
+                elif config.rule == "schedule":
+                    count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
+                    pick = commit_top(scores, count)
+                elif config.rule == "threshold":
+                    pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
+                else:
+                    pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
+                if config.hold_conflicts and not (settled or capped) and config.rule != "schedule":
+                    pick = hold_back(rows, tokens, pick, ends)
             positions = rows[pick] + s
             canvas[positions] = tokens[pick]
             is_masked[positions] = False
@@ -400,6 +358,7 @@ def denoise(
                 masked=left,
                 done=left == 0,
                 renoised=len(rows) if renoiser is not None else 0,
+                rows=len(feed),
             )
 
 

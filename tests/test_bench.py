@@ -39,9 +39,9 @@ def test_speed_suite_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, (result.stderr, result.exception)
     report = json.loads((out / "speed.json").read_text())
     names = [row["setting"] for row in report["settings"]]
-    assert names == ["one-per-pass", "threshold-0.9", "entropy-bound-0.1", "autoregressive"]
+    assert names == ["one-per-pass", "threshold-0.9", "entropy-bound-0.1", "verify", "autoregressive"]
     assert report["prompts"] == 2 and report["attention_block"] == 4
-    assert len(report["runs"]) == 4 * 2  # every setting on every prompt, one repeat
+    assert len(report["runs"]) == 5 * 2  # every setting on every prompt, one repeat
     rows = {row["setting"]: row for row in report["settings"]}
     for row in rows.values():  # equal work: every run decodes exactly --length tokens
         assert row["tokens"] == 8
@@ -50,7 +50,7 @@ def test_speed_suite_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert rows["one-per-pass"]["forward_passes"] == 8  # one token per forward pass
     assert rows["one-per-pass"]["config"]["cache"] is False
     assert rows["autoregressive"]["forward_passes"] == 8 and rows["autoregressive"]["first_draft_tokens"] == 4
-    for name in ("threshold-0.9", "entropy-bound-0.1"):
+    for name in ("threshold-0.9", "entropy-bound-0.1", "verify"):
         assert rows[name]["vs_one_per_pass"] > 0 and rows[name]["vs_autoregressive"] > 0
     assert "vs_one_per_pass" not in rows["one-per-pass"]
     markdown = (out / "speed.md").read_text()

@@ -447,7 +447,7 @@ def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"DCODE_STRATEGY": "fastest"}, "unknown strategy 'fastest' (choose from schedule, threshold, entropy-bound)"),
+        ({"DCODE_STRATEGY": "fastest"}, "unknown strategy 'fastest' (choose from schedule, threshold, entropy-bound, verify)"),
         ({"DCODE_ORDER": "best"}, "unknown ordering 'best' (choose from confidence, margin, entropy, random)"),
         ({"DCODE_THRESHOLD": "1.5"}, "threshold must be in (0, 1]"),
         ({"DCODE_TEMPERATURE": "-1"}, "temperature must be a finite number >= 0"),
@@ -489,6 +489,14 @@ def test_schedule_steps_bound_the_forward_passes() -> None:
     assert report["forward_passes"] <= 4 + embedded_blocks(report["prompt_tokens"], 16)
 
 
+def test_drafts_change_the_passes_not_the_code() -> None:
+    one_by_one = run_json([PROMPT, *SHORT, "--strategy", "verify", "--draft", "0"])
+    drafted = run_json([PROMPT, *SHORT, "--draft", "15"])  # the verify rule's own setting picks it
+    from_env = run_json([PROMPT, *SHORT], env={"DCODE_DRAFT": "15"})
+    assert drafted["code"] == one_by_one["code"] == from_env["code"]
+    assert drafted["forward_passes"] == from_env["forward_passes"] < one_by_one["forward_passes"]
+
+
 @pytest.mark.parametrize("model", ["embedded", "tiny"])
 def test_no_cache_gives_the_same_code(model: str, tiny_checkpoint: Path) -> None:
     args = [PROMPT, "--length", "32"] + (["--model", str(tiny_checkpoint)] if model == "tiny" else [])
@@ -508,7 +516,7 @@ BAD_INPUTS = [  # (args, stdin, exit code, message); {m}: a folder of broken mod
     ([], "", 2, "the prompt is empty"),
     (["-"], b"\xff\xfe", 2, "stdin is not UTF-8 text (bad byte at offset 0)"),
     ([], b"ok \xff", 2, "stdin is not UTF-8 text (bad byte at offset 3)"),
-    (["--strategy", "greedy"], None, 2, "unknown strategy 'greedy' (choose from schedule, threshold, entropy-bound)"),
+    (["--strategy", "greedy"], None, 2, "unknown strategy 'greedy' (choose from schedule, threshold, entropy-bound, verify)"),
     (["--order", "left"], None, 2, "unknown ordering 'left' (choose from confidence, margin, entropy, random)"),
     (["--approx-cache", "on"], None, 2, "unknown approximate cache 'on' (choose from dual, prefix, off)"),
     (["--length", "0"], None, 2, "--length must be at least 1 token"),
@@ -613,6 +621,7 @@ def test_unknown_option_is_a_usage_error() -> None:
         ([PROMPT], {"DCODE_LENGTH": "many"}),
         ([PROMPT, "--repair-rounds", "-1"], None),
         ([PROMPT, "--repair-tries", "0"], None),
+        ([PROMPT, "--draft", "-1"], None),
     ],
 )
 def test_click_usage_errors_are_one_line(args: list[str], env: dict[str, str] | None) -> None:

@@ -191,6 +191,13 @@ def test_new_runs_end_to_end(folder: Path) -> None:
     assert "<|mask|>" not in report["code"]
 
 
+def test_the_verify_strategy_is_refused_in_one_line(folder: Path) -> None:
+    args = ["new", "x", "--model", str(folder), "--length", "16", "--strategy", "verify", "-q"]
+    result = CliRunner().invoke(app, args, prog_name="dcode", env={"DCODE_MODEL": None})
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == f"dcode: error: {folder}: the verify strategy needs a masked-diffusion model\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # The sampler's re-noising, seen by a fake
 

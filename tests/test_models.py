@@ -184,6 +184,8 @@ SETTINGS = [
     SamplerConfig(rule="threshold", threshold=0.3, ordering="entropy"),
     SamplerConfig(rule="entropy-bound", entropy_bound=0.5, temperature=0.7, seed=3),
     SamplerConfig(rule="threshold", threshold=0.5, ordering="random", temperature=0.7, top_p=0.9, seed=5),
+    SamplerConfig(rule="verify", draft_floor=0.0),
+    SamplerConfig(rule="verify", draft=3, temperature=0.7, seed=4),
 ]
 
 
@@ -204,7 +206,7 @@ def test_cache_gives_the_uncached_canvas(shifted: bool, start: int, config: Samp
     for cache in (True, False):
         # Snapshot each step while iterating: Step.canvas may be the sampler's live tensor.
         runs[cache] = [
-            (step.canvas.clone(), step.committed.clone(), step.scores, step.input_tokens, step.masked)
+            (step.canvas.clone(), step.committed.clone(), step.scores, step.input_tokens // step.rows, step.masked)
             for step in denoise(model, canvas, start, replace(config, cache=cache))
         ]
     cached, plain = runs[True], runs[False]

@@ -11,18 +11,16 @@ import torch
 from conftest import FakeDenoiser
 
 from dcode.config import ORDERINGS, SamplerConfig
-from dcode.sampler import (
-    Step,
-    block_spans,
+from dcode.rules import (
     commit_entropy_bound,
-    denoise,
-    final,
+    draft_rows,
     hold_back,
     penalize_repeats,
     schedule_counts,
     top_p_filter,
-    trim_answer,
+    verified_run,
 )
+from dcode.sampler import Step, block_spans, denoise, final, trim_answer
 
 V, MASK, EOS, PAD = 50, 49, 1, 0
 START, ANSWER = 5, 16  # a prompt of 5 tokens: not a multiple of any block below
@@ -106,7 +104,7 @@ def check_common(model: FakeDenoiser, canvas: torch.Tensor, start: int, passes: 
         if not seen_blocks or seen_blocks[-1] != p.step.block:
             seen_blocks.append(p.step.block)
         assert p.step.forward == i + 1
-        assert p.step.input_tokens == len(canvas)  # the fake makes no cache
+        assert p.step.input_tokens == len(canvas) * p.step.rows  # the fake makes no cache
         placed = p.step.committed
         assert len(placed) >= 1 and len(set(placed.tolist())) == len(placed)
         # Only the current block is written, and only where a mask was.
@@ -385,6 +383,83 @@ def test_hold_back() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Ending the answer, masks mid-answer, and edge cases
+
+
+# ---------------------------------------------------------------------------------------------
+# The verify rule: one token per pass left to right, in fewer passes
+
+
+def reference_left_to_right(model: FakeDenoiser, canvas: torch.Tensor, start: int) -> torch.Tensor:
+    """Greedy decoding one position per pass, leftmost first: each masked position in turn gets
+    the argmax of its logits with everything after it still masked."""
+    x = canvas.clone()
+    for position in range(start, len(x)):
+        logits = model.logits(x[None])[0]  # (L, V)
+        row = logits[position - 1 if model.facts.shifted else position].clone()
+        row[MASK] = float("-inf")
+        x[position] = row.argmax()
+    return x
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("draft", [0, 2, 15])
+def test_verify_writes_what_one_pass_per_token_left_to_right_writes(layout: str, draft: int) -> None:
+    def fake() -> FakeDenoiser:
+        return make_fake(layout, force=CERTAIN, suppress=frozenset({MASK, EOS, PAD}))
+
+    model = fake()
+    config = SamplerConfig(rule="verify", draft=draft, draft_floor=0.0, block=LAYOUTS[layout][1])
+    passes = run(model, answer_canvas(), START, config)
+    check_common(model, answer_canvas(), START, passes, LAYOUTS[layout][3])
+    assert torch.equal(passes[-1].after, reference_left_to_right(fake(), answer_canvas(), START))
+    for p in passes:  # each pass fills the leftmost open positions of its block, in a run
+        s, e = p.step.block
+        open_before = (p.before[s:e] == MASK).nonzero()[:, 0] + s
+        assert torch.equal(p.step.committed, open_before[: len(p.step.committed)])
+        assert 1 <= p.step.rows <= draft + 1
+    if draft == 0:
+        assert len(passes) == ANSWER and all(p.step.rows == 1 for p in passes)
+    else:
+        assert len(passes) < ANSWER  # the drafts the fake is sure of stand
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("floor", [0.0, 0.5])
+def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: float) -> None:
+    """Gumbel noise is drawn once per position, so drafting changes only the number of passes."""
+
+    def sample(draft: int, seed: int) -> torch.Tensor:
+        model = make_fake(layout, force=CERTAIN)
+        config = SamplerConfig(
+            rule="verify", draft=draft, draft_floor=floor, temperature=0.9, seed=seed, block=LAYOUTS[layout][1]
+        )
+        return final(denoise(model, answer_canvas(), START, config)).canvas
+
+    assert torch.equal(sample(15, 1), sample(0, 1))
+    assert not torch.equal(sample(15, 1), sample(15, 2))
+
+
+def test_verify_stops_at_a_confirmed_end() -> None:
+    model = make_fake("block-causal-4", force={**CERTAIN, 10: EOS}, suppress=frozenset({MASK, EOS, PAD}))
+    passes = run(model, answer_canvas(), START, SamplerConfig(rule="verify", draft_floor=0.0))
+    check_common(model, answer_canvas(), START, passes, LAYOUTS["block-causal-4"][3])
+    last = passes[-1].after
+    assert last[10] == EOS and (last[11:] == PAD).all() and passes[-1].step.done
+
+
+def test_draft_rows_and_verified_run() -> None:
+    canvas = torch.tensor([5, MASK, MASK, 6, MASK])
+    rows = draft_rows(canvas, torch.tensor([1, 2, 4]), torch.tensor([7, 8, 9]))
+    assert rows.tolist() == [
+        [5, MASK, MASK, 6, MASK],
+        [5, 7, MASK, 6, MASK],
+        [5, 7, 8, 6, MASK],
+        [5, 7, 8, 6, 9],
+    ]
+    assert verified_run(torch.tensor([7, 8, 3, 4]), torch.tensor([7, 8, 9])) == 2
+    assert verified_run(torch.tensor([1, 8, 9, 4]), torch.tensor([7, 8, 9])) == 0
+    assert verified_run(torch.tensor([7, 8, 9, 4]), torch.tensor([7, 8, 9])) == 3
+    assert verified_run(torch.tensor([3]), torch.tensor([], dtype=torch.long)) == 0
 
 
 @pytest.mark.parametrize(("fake_block", "block"), [(4, None), (None, 4)], ids=["block-causal", "semi-ar"])

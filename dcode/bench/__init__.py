@@ -30,7 +30,8 @@ EXTRA_HINT = "pip install 'dcode[bench]'"
 # SamplerConfig fields a setting decides; the others (ordering, temperature, top_p) take the
 # model family's recommended values, as `dcode new` does when the user leaves them unset.
 SETTING_FIELDS = frozenset(
-    {"rule", "steps", "threshold", "entropy_bound", "block", "cache", "approx_cache", "stop_at_eos"}
+    {"rule", "steps", "threshold", "entropy_bound", "draft", "draft_floor", "block", "cache", "approx_cache"}
+    | {"stop_at_eos"}
 )
 # ...and the baseline keeps one token per pass even where a family recommends a pass cap or an
 # early stop (DiffusionGemma).
@@ -57,14 +58,15 @@ class Setting:
     decides: frozenset[str] | None = None  # the fields it fixes (None: by role); the family fills the rest
 
 
-def settings(block: int | None, defaults: Mapping[str, object] | None = None) -> list[Setting]:
+def settings(block: int | None, defaults: Mapping[str, object] | None = None, noise: str = "mask") -> list[Setting]:
     """(a) one token per forward pass with no cache: what the reference Dream / LLaDA loop does.
     (b) dcode's fast settings (conflicting commits held back where the family does, as `dcode
     new` does): Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
     finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones,
     without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default); and,
     for a model with its own recommended values (`defaults`, e.g. dcode-tiny's threshold 0.7),
-    "model-defaults": exactly what `dcode new` runs without options.
+    "model-defaults": exactly what `dcode new` runs without options. A masked-diffusion model
+    (`noise` "mask") also gets the verify rule: one token per pass's answer in fewer passes.
     `block`: the model's attention block (None = full attention)."""
     found = [
         Setting("one-per-pass", "baseline", SamplerConfig(rule="schedule", cache=False)),
@@ -77,6 +79,8 @@ def settings(block: int | None, defaults: Mapping[str, object] | None = None) ->
             Setting("threshold-0.9-block-32-prefix", "fast", SamplerConfig(block=32, approx_cache="prefix")),
             Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32, approx_cache="dual")),
         ]
+    if noise == "mask":
+        found.append(Setting("verify", "fast", SamplerConfig(rule="verify")))
     if defaults:
         found.append(Setting("model-defaults", "fast", SamplerConfig(), decides=frozenset()))
     return found

@@ -195,7 +195,7 @@ def run_quality(
     """Both measures for every setting. `problems` may be empty (HumanEval skipped)."""
     limits = limits or Limits()
     facts = model.facts
-    chosen = chosen if chosen is not None else settings(facts.block, facts.defaults)
+    chosen = chosen if chosen is not None else settings(facts.block, facts.defaults, facts.noise)
     task = progress.add_task("quality", total=len(chosen) * (len(rows) + len(problems))) if progress else None
     out = []
     for setting in chosen:

@@ -300,7 +300,7 @@ def run_speed(
     facts = model.facts
     for row in rows:  # fail before any timing if a prompt does not fit
         pipeline.check_length(model, len(pipeline.prompt_ids(model, row["prompt"], row["lang"])), length)
-    chosen = chosen if chosen is not None else settings(facts.block, facts.defaults)
+    chosen = chosen if chosen is not None else settings(facts.block, facts.defaults, facts.noise)
     configs = {s.name: with_family(s, facts.defaults, stop_at_eos=early_stop and s.role == "fast") for s in chosen}
     twin = autoregressive_model(model) if autoregressive else None
     first_block = facts.block or length

@@ -214,6 +214,15 @@ HoldConflictsOption = Annotated[
         "the same pass, or an end with gaps before it.",
     ),
 ]
+DraftOption = Annotated[
+    int,
+    typer.Option(
+        "--draft",
+        envvar="DCODE_DRAFT",
+        min=0,
+        help="Verify rule: drafted tokens checked per pass (0 = one token per pass, left to right).",
+    ),
+]
 SeedOption = Annotated[int, typer.Option("--seed", envvar="DCODE_SEED")]
 CacheOption = Annotated[bool, typer.Option("--cache/--no-cache", envvar="DCODE_CACHE")]
 ApproxCacheOption = Annotated[
@@ -318,6 +327,7 @@ SAMPLER_OPTIONS = {
     "seed": "seed",
     "repetition_penalty": "repetition_penalty",
     "hold_conflicts": "hold_conflicts",
+    "draft": "draft",
 }
 
 
@@ -337,9 +347,12 @@ def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.C
     from dcode.models import as_dcode_new_runs
 
     try:
-        return as_dcode_new_runs(config, explicit_sampler_fields(ctx), denoiser.facts.defaults)
+        config = as_dcode_new_runs(config, explicit_sampler_fields(ctx), denoiser.facts.defaults)
     except ValueError as error:
         fail(f"{denoiser.facts.name}: {error}", USAGE)
+    if config.rule == "verify" and denoiser.facts.noise != "mask":
+        fail(f"{denoiser.facts.name}: the verify strategy needs a masked-diffusion model", USAGE)
+    return config
 
 
 @app.command(hidden=True)

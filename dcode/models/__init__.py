@@ -153,7 +153,12 @@ def apply_defaults(config: T, defaults: Mapping[str, object], explicit: Collecti
 
 # A rule's own setting -> that rule: `--threshold 0.9` alone means threshold decoding, whatever
 # rule the CLI or the model's family would otherwise pick.
-RULE_OF_SETTING: dict[str, Rule] = {"threshold": "threshold", "entropy_bound": "entropy-bound", "steps": "schedule"}
+RULE_OF_SETTING: dict[str, Rule] = {
+    "threshold": "threshold",
+    "entropy_bound": "entropy-bound",
+    "steps": "schedule",
+    "draft": "verify",
+}
 
 
 def as_dcode_new_runs(

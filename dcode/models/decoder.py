@@ -53,7 +53,11 @@ def block_causal_mask(
 
 
 class KVCache:
-    """Keys/values of the first `length` canvas positions; crop() forgets everything after."""
+    """Keys/values of the first `length` canvas positions; crop() forgets everything after.
+
+    It holds one canvas. Several rows fed at once (the verify rule's drafts) share its positions:
+    the call repeats them per row, and crop(), which keeps only positions every row has alike
+    (finished blocks), goes back to one copy."""
 
     def __init__(self, config: PretrainedConfig) -> None:
         self.inner = DynamicCache(config=config)
@@ -66,6 +70,15 @@ class KVCache:
         extra = self.length - length
         if extra > 0:
             self.inner.crop(-extra)
+        self.widen(1)
+
+    def widen(self, rows: int) -> None:
+        """Hold the cached positions once per row fed side by side (from one copy: every row's are alike)."""
+        for layer in self.inner.layers:
+            if isinstance(layer, DynamicLayer) and layer.keys is not None and layer.keys.shape[0] != rows:
+                assert layer.values is not None
+                layer.keys = layer.keys[:1].expand(rows, -1, -1, -1).contiguous()
+                layer.values = layer.values[:1].expand(rows, -1, -1, -1).contiguous()
 
 
 class WindowCache:
@@ -110,6 +123,8 @@ class DecoderDenoiser:
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
+        if cache is not None:
+            cache.widen(ids.shape[0])
         return self.forward(ids, cache.length if cache is not None else 0, cache.inner if cache is not None else None)
 
     def forward(
