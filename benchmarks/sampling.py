@@ -4,9 +4,11 @@
     python benchmarks/sampling.py --limit 5 --json out.json
     python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
     python benchmarks/sampling.py --unheld             # and each adaptive row without hold_conflicts
+    python benchmarks/sampling.py --drafts 0,4         # verify rows checking 0 and 4 drafts a pass
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
-passes, tokens per forward (TPF), tok/s, wall time, the share of outputs that are real code (at
+passes, rows per pass (the canvases a pass feeds side by side: the verify rule's drafts), tokens
+per forward (TPF), tok/s, wall time, the share of outputs that are real code (at
 least two non-blank lines that compile()) and the share that mention the request's key words (at
 least half of its content words appear in the output's identifiers, comments or docstrings). The
 one-token-per-pass schedule is the baseline measured in the same run; ratios are against it.
@@ -27,6 +29,7 @@ from dcode import pipeline
 from dcode.bench import python_prompts
 from dcode.config import SamplerConfig
 from dcode.models import as_dcode_new_runs, load
+from dcode.sampler import Step
 from dcode.syntax import is_real_code
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
@@ -38,6 +41,7 @@ SETTINGS: dict[str, dict[str, object]] = {
     "threshold-0.7": {"rule": "threshold", "threshold": 0.7},
     "entropy-bound": {"rule": "entropy-bound", "entropy_bound": 0.1},
     "0.7-no-penalty": {"rule": "threshold", "threshold": 0.7, "repetition_penalty": 1.0},
+    "verify": {"rule": "verify"},  # one-per-pass left to right's answer, its drafts checked in one pass
     "model-defaults": {},  # what `dcode new` runs without options
 }
 
@@ -68,18 +72,23 @@ def key_word_share(prompt: str, code: str) -> float:
 
 
 def run(model, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
-    forwards = tokens = real = mentions = 0
+    forwards = tokens = real = mentions = rows = 0
     seconds = 0.0
     for prompt in prompts:
         began = time.perf_counter()
-        events = pipeline.new(model, prompt, "python", length, config, repair_rounds=0)
-        finished = next(e for e in events if isinstance(e, pipeline.Finished))
+        events = list(pipeline.new(model, prompt, "python", length, config, repair_rounds=0))
         seconds += time.perf_counter() - began
+        finished = events[-1]
+        assert isinstance(finished, pipeline.Finished)
+        rows += sum(e.rows for e in events if isinstance(e, Step))
         forwards += finished.forward
         tokens += finished.tokens
         real += is_real_code(finished.code)
         mentions += key_word_share(prompt, finished.code) >= 0.5
-    return summary(len(prompts), forwards, tokens, seconds, real, mentions)
+    return {
+        **summary(len(prompts), forwards, tokens, seconds, real, mentions),
+        "rows_per_pass": rows / max(1, forwards),
+    }
 
 
 def summary(prompts: int, forwards: int, tokens: int, seconds: float, real: int, mentions: int) -> dict[str, float]:
@@ -106,6 +115,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--thresholds", default="", help="more threshold rows, e.g. 0.5,0.3")
     parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
+    parser.add_argument("--drafts", default="", help="more verify rows by drafts checked per pass, e.g. 0,4")
     parser.add_argument("--unheld", action="store_true", help="repeat each adaptive row with hold_conflicts off")
     args = parser.parse_args()
     if args.threads:
@@ -118,9 +128,11 @@ def main() -> None:
     for values, label, rule, field in (
         (args.thresholds, "threshold", "threshold", "threshold"),
         (args.entropy_bounds, "entropy", "entropy-bound", "entropy_bound"),
+        (args.drafts, "verify", "verify", "draft"),
     ):
         for value in filter(None, (t.strip() for t in values.split(","))):
-            settings[f"{label}-{float(value):g}"] = {"rule": rule, field: float(value)}
+            number = int(value) if field == "draft" else float(value)
+            settings[f"{label}-{number:g}"] = {"rule": rule, field: number}
     configs = {name: as_dcode_new_runs(SamplerConfig(**f), f, model.facts.defaults) for name, f in settings.items()}  # type: ignore[arg-type]
     if args.unheld:
         adaptive = [name for name, config in configs.items() if config.rule in ("threshold", "entropy-bound")]
@@ -131,12 +143,12 @@ def main() -> None:
     base = results["one-per-pass"]
     threads = torch.get_num_threads()
     print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {threads}")
-    header = ("setting", "passes", "tokens", "TPF", "tok/s", "wall s", "real code", "key words", "speed-up")
+    header = ("setting", "passes", "rows", "tokens", "TPF", "tok/s", "wall s", "real code", "key words", "speed-up")
     print(f"{header[0]:<15}" + "".join(f"{h:>10}" for h in header[1:]))
     for name, r in results.items():
         speedup = r["tokens_per_second"] / base["tokens_per_second"] if base["tokens_per_second"] else 0
         print(
-            f"{name:<15}{r['forward_passes']:>10}{r['tokens']:>10}{r['tokens_per_forward']:>10.2f}"
+            f"{name:<15}{r['forward_passes']:>10}{r['rows_per_pass']:>10.1f}{r['tokens']:>10}{r['tokens_per_forward']:>10.2f}"
             f"{r['tokens_per_second']:>10.1f}{r['wall_seconds']:>10.1f}{r['real_code_rate']:>10.0%}"
             f"{r['key_words_rate']:>10.0%}{speedup:>9.2f}x"
         )

@@ -67,9 +67,11 @@ class SamplerConfig:
     # The verify rule: at most this many drafted tokens checked per pass (the pass feeds this many
     # more rows). 0 = no drafts: one token per pass, leftmost first. Ignored by the other rules.
     draft: int = 15
-    # The verify rule drafts only tokens its row chose with at least this probability; a draft
-    # the model is unsure of would rarely stand, and every draft checked costs a row.
-    draft_floor: float = 0.2
+    # The verify rule checks a block's drafts only while their joint probability (the product of
+    # each one's, under the row that drafted them) stays at least this: a run that unlikely would
+    # rarely stand, and every draft checked costs a row. Measured on dcode-tiny: 0.05 gives the
+    # tokens per pass of checking every draft with 4.9 rows a pass instead of 5.8 (per-token 0.2).
+    draft_floor: float = 0.05
     # Reuse keys/values of finished blocks where the model's attention makes that exact.
     cache: bool = True
     # With the cache on, how a full-attention model (Dream, LLaDA) reuses keys/values inside a block

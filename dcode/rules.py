@@ -162,6 +162,19 @@ def draft_rows(canvas: torch.Tensor, positions: torch.Tensor, drafted: torch.Ten
     return feed
 
 
+def checked_drafts(drafts: torch.Tensor, limit: int, undrafted: int, ends: torch.Tensor) -> torch.Tensor:
+    """The leading drafts (k,) a verify pass checks, of a block's drafts in order (n,): at most
+    `limit`, none from the first position left undrafted (the `undrafted` id) on, and none after
+    an end token (everything after it is padding).
+    Example: drafts [a, END, b], limit 8 -> [a, END]; drafts [a, -, b] -> [a]."""
+    drafts = drafts[:limit]
+    stop = (drafts == undrafted) | torch.isin(drafts, ends)
+    if not bool(stop.any()):
+        return drafts
+    first = int(stop.nonzero()[0])
+    return drafts[: first + (0 if bool(drafts[first] == undrafted) else 1)]
+
+
 def verified_run(chosen: torch.Tensor, drafted: torch.Tensor) -> int:
     """How many drafted tokens a verify pass confirms: row r was fed drafted[:r] and chose
     chosen[r] for the next position, so drafted[r] stands if it is what row r chose, and the run

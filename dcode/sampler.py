@@ -22,6 +22,7 @@ from dcode.config import SamplerConfig
 from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
 from dcode.rules import (
     SCORES,
+    checked_drafts,
     choose_tokens,
     chosen_probability,
     commit_entropy_bound,
@@ -206,7 +207,8 @@ def denoise(
             chosen, probs = choose_tokens(
                 choices, temperature, config.top_p, gen, None if noise is None else noise[offsets]
             )
-            unsure = chosen_probability(probs, chosen) < config.draft_floor
+            # a run of drafts stands only if each does: stop where its joint probability gets small
+            unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
             drafts[offsets] = chosen.masked_fill(unsure, facts.mask_id)
         return drafts
 
@@ -229,11 +231,11 @@ def denoise(
         while bool(is_masked[s:e].any()):
             temperature = linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
             rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
-            drafted = rows[:0] if proposal is None else proposal[rows[: min(config.draft, len(rows) - 1)]]
-            if bool((drafted == facts.mask_id).any()):  # no draft there, and none checked after it
-                drafted = drafted[: int((drafted == facts.mask_id).nonzero()[0])]
-            if len(drafted) and bool(torch.isin(drafted, ends).any()):  # nothing after an end needs checking
-                drafted = drafted[: int(torch.isin(drafted, ends).nonzero()[0]) + 1]
+            # the verify rule's drafts to check: for the open positions but the last (row r decides
+            # position r with the drafts before it in place; the last row's choice needs no draft)
+            drafted = (
+                rows[:0] if proposal is None else checked_drafts(proposal[rows[:-1]], config.draft, facts.mask_id, ends)
+            )
             feed = draft_rows(canvas, rows[: len(drafted)] + s, drafted) if verify else canvas[None]  # (R, L)
             # A verify pass that may finish the block reads the next block too (still masked), to draft it.
             reach = min(e + size, length) if verify and len(drafted) == len(rows) - 1 else e

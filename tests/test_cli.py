@@ -30,6 +30,7 @@ from dcode.syntax import LANGUAGES, find_issues
 
 PROMPT = "a function that adds two numbers"
 SHORT = ["--length", "16"]
+RULE_NAMES = "schedule, threshold, entropy-bound, verify"
 KEYS = {
     "code",
     "model",
@@ -447,7 +448,7 @@ def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"DCODE_STRATEGY": "fastest"}, "unknown strategy 'fastest' (choose from schedule, threshold, entropy-bound, verify)"),
+        ({"DCODE_STRATEGY": "fastest"}, f"unknown strategy 'fastest' (choose from {RULE_NAMES})"),
         ({"DCODE_ORDER": "best"}, "unknown ordering 'best' (choose from confidence, margin, entropy, random)"),
         ({"DCODE_THRESHOLD": "1.5"}, "threshold must be in (0, 1]"),
         ({"DCODE_TEMPERATURE": "-1"}, "temperature must be a finite number >= 0"),
@@ -516,7 +517,7 @@ BAD_INPUTS = [  # (args, stdin, exit code, message); {m}: a folder of broken mod
     ([], "", 2, "the prompt is empty"),
     (["-"], b"\xff\xfe", 2, "stdin is not UTF-8 text (bad byte at offset 0)"),
     ([], b"ok \xff", 2, "stdin is not UTF-8 text (bad byte at offset 3)"),
-    (["--strategy", "greedy"], None, 2, "unknown strategy 'greedy' (choose from schedule, threshold, entropy-bound, verify)"),
+    (["--strategy", "greedy"], None, 2, f"unknown strategy 'greedy' (choose from {RULE_NAMES})"),
     (["--order", "left"], None, 2, "unknown ordering 'left' (choose from confidence, margin, entropy, random)"),
     (["--approx-cache", "on"], None, 2, "unknown approximate cache 'on' (choose from dual, prefix, off)"),
     (["--length", "0"], None, 2, "--length must be at least 1 token"),

@@ -12,6 +12,7 @@ from conftest import FakeDenoiser
 
 from dcode.config import ORDERINGS, SamplerConfig
 from dcode.rules import (
+    checked_drafts,
     commit_entropy_bound,
     draft_rows,
     hold_back,
@@ -460,6 +461,14 @@ def test_draft_rows_and_verified_run() -> None:
     assert verified_run(torch.tensor([1, 8, 9, 4]), torch.tensor([7, 8, 9])) == 0
     assert verified_run(torch.tensor([7, 8, 9, 4]), torch.tensor([7, 8, 9])) == 3
     assert verified_run(torch.tensor([3]), torch.tensor([], dtype=torch.long)) == 0
+
+
+def test_checked_drafts() -> None:
+    ends = torch.tensor([EOS, PAD])
+    assert checked_drafts(torch.tensor([7, EOS, 8]), 8, MASK, ends).tolist() == [7, EOS]  # nothing after an end
+    assert checked_drafts(torch.tensor([7, MASK, 8]), 8, MASK, ends).tolist() == [7]  # nor after a gap
+    assert checked_drafts(torch.tensor([7, 8, 9]), 2, MASK, ends).tolist() == [7, 8]
+    assert checked_drafts(torch.tensor([MASK, 8]), 2, MASK, ends).tolist() == []
 
 
 @pytest.mark.parametrize(("fake_block", "block"), [(4, None), (None, 4)], ids=["block-causal", "semi-ar"])
