@@ -20,7 +20,7 @@ from pathlib import Path
 from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.edit import find_symbol, find_symbols
-from dcode.models import load
+from dcode.models import as_dcode_new_runs, load
 from dcode.syntax import find_issues
 
 INSTRUCTION = "add a docstring and handle empty input"
@@ -54,11 +54,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
+    config = as_dcode_new_runs(SamplerConfig(), (), model.facts.defaults)  # what `dcode edit` runs without options
     rows = []
     for path, source, symbol in candidates(model, args.files):
         region = find_symbol(source, "python", symbol)
         began = time.perf_counter()
-        events = pipeline.edit(model, source, region, INSTRUCTION, "python", SamplerConfig(), name=path.name)
+        events = pipeline.edit(model, source, region, INSTRUCTION, "python", config, name=path.name)
         done = next(e for e in events if isinstance(e, pipeline.Edited))
         seconds = time.perf_counter() - began
         old, new = source.encode(), done.code.encode()

@@ -3,6 +3,7 @@
     python benchmarks/repair.py                 # both parts
     python benchmarks/repair.py --prompts 5 --files 10
     python benchmarks/repair.py --seeds 8       # each draft repaired with seeds 0..7
+    python benchmarks/repair.py --prompt-file benchmarks/dev_prompts.jsonl --decode '{"rule": "entropy-bound"}' --files 0
 
 1) Generation: every python prompt of benchmarks/prompts.jsonl through `dcode new`'s pipeline with
    repair off and on (same seed, so the draft is identical): parse-valid rate, rounds used, share
@@ -26,7 +27,7 @@ from pathlib import Path
 from dcode import pipeline
 from dcode.bench import python_prompts
 from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
-from dcode.models import apply_defaults, load
+from dcode.models import as_dcode_new_runs, load
 from dcode.repair import Repaired
 from dcode.syntax import find_issues, is_real_code
 
@@ -176,17 +177,25 @@ def main() -> None:
     parser.add_argument("--file-tries", type=int, default=REPAIR_FILE_TRIES, help="tries per round, dcode repair")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (repair tries sample)")
     parser.add_argument("--seeds", type=int, default=1, help="generation: repair each draft with seeds --seed, +1, ...")
+    parser.add_argument("--prompt-file", type=Path, default=PROMPTS, help="e.g. benchmarks/dev_prompts.jsonl")
+    parser.add_argument("--decode", default="{}", help="sampler fields over the model's defaults, as JSON")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    # what `dcode new --seed N` runs with no other options
-    configs = [apply_defaults(SamplerConfig(seed=args.seed + k), model.facts.defaults, ()) for k in range(args.seeds)]
-    prompts = python_prompts(PROMPTS)[: args.prompts or None]
+    # what `dcode new --seed N` runs with no other options than --decode's
+    fields = json.loads(args.decode)
+    configs = [
+        as_dcode_new_runs(SamplerConfig(**fields, seed=args.seed + k), {*fields, "seed"}, model.facts.defaults)
+        for k in range(args.seeds)
+    ]
+    prompts = python_prompts(args.prompt_file)[: args.prompts or None]
     rng = random.Random(0)
     results = {
         "model": model.facts.name,
         "seed": args.seed,
         "seeds": args.seeds,
+        "prompt_file": args.prompt_file.name,
+        "decode": fields,
         "tries": {"generation": args.tries, "corrupted": args.file_tries},
         "generation": generation(model, prompts, args.length, configs, args.tries),
         "corrupted": corrupted(model, held_out_functions(args.files, rng), configs[0], rng, args.file_tries),

@@ -87,11 +87,13 @@ def test_a_round_tries_again_with_the_next_seed_until_a_result_is_kept(tokenizer
 
 
 def test_retries_sample_with_their_own_seed() -> None:
-    from dcode.repair import RETRY_TEMPERATURE, retry
+    from dcode.repair import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE, retry
 
     greedy = SamplerConfig(seed=7)
     assert retry(greedy, 2) == SamplerConfig(seed=8, temperature=RETRY_TEMPERATURE)
     assert retry(SamplerConfig(temperature=1.5), 3).temperature == 1.5  # already hotter: kept
+    left_to_right = SamplerConfig(rule="verify", seed=7)
+    assert retry(left_to_right, 2) == replace(left_to_right, seed=8, temperature=LEFT_TO_RIGHT_RETRY_TEMPERATURE)
 
 
 def test_narrowest_puts_back_the_lines_a_fix_does_not_need() -> None:
