@@ -3,7 +3,7 @@
     python benchmarks/repair.py                 # both parts
     python benchmarks/repair.py --prompts 5 --files 10
     python benchmarks/repair.py --seeds 8       # each draft repaired with seeds 0..7
-    python benchmarks/repair.py --prompt-file benchmarks/dev_prompts.jsonl --decode '{"rule": "entropy-bound"}' --files 0
+    python benchmarks/repair.py --prompt-file benchmarks/dev_prompts.jsonl --files 0 --decode '{"rule": "schedule"}'
 
 1) Generation: every python prompt of benchmarks/prompts.jsonl through `dcode new`'s pipeline with
    repair off and on (same seed, so the draft is identical): parse-valid rate, rounds used, share
@@ -185,7 +185,7 @@ def main() -> None:
     # what `dcode new --seed N` runs with no other options than --decode's
     fields = json.loads(args.decode)
     configs = [
-        as_dcode_new_runs(SamplerConfig(**fields, seed=args.seed + k), {*fields, "seed"}, model.facts.defaults)
+        as_dcode_new_runs(SamplerConfig(**{**fields, "seed": args.seed + k}), {*fields, "seed"}, model.facts.defaults)
         for k in range(args.seeds)
     ]
     prompts = python_prompts(args.prompt_file)[: args.prompts or None]

@@ -66,6 +66,8 @@ class SamplerConfig:
     stop_entropy: float = 0.0
     # The verify rule: at most this many drafted tokens checked per pass (the pass feeds this many
     # more rows). 0 = no drafts: one token per pass, leftmost first. Ignored by the other rules.
+    # (Verify samples at `temperature` throughout and ignores cooling, max_block_steps and
+    # stop_entropy, which count passes: its answer must not depend on how many it takes.)
     draft: int = 15
     # The verify rule checks a block's drafts only while their joint probability (the product of
     # each one's, under the row that drafted them) stays at least this: a run that unlikely would

@@ -191,19 +191,12 @@ def denoise(
         return penalize_repeats(row_logits, seen[~torch.isin(seen, ends)], config.repetition_penalty)
 
     def drafts_from(
-        row_logits: torch.Tensor,
-        row: torch.Tensor,
-        offsets: torch.Tensor,
-        shift: int,
-        width: int,
-        temperature: float,
-        noise: torch.Tensor | None,
+        choices: torch.Tensor, offsets: torch.Tensor, width: int, temperature: float, noise: torch.Tensor | None
     ) -> torch.Tensor:
-        """The verify rule's drafts (width,) for a block's open `offsets`, chosen from a row's
-        logits (reach-s, V) at shift + offsets with the block's noise; the mask id elsewhere."""
+        """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
+        candidates (n, V) with the block's noise; the mask id elsewhere."""
         drafts = torch.full((width,), facts.mask_id, dtype=canvas.dtype, device=device)
         if len(offsets):
-            choices = candidates(row_logits[shift + offsets], row, 0, offsets, (start, start))
             chosen, probs = choose_tokens(
                 choices, temperature, config.top_p, gen, None if noise is None else noise[offsets]
             )
@@ -229,7 +222,12 @@ def denoise(
         proposal, noise = ahead_of.pop(s, (None, None))
         step_in_block = 0
         while bool(is_masked[s:e].any()):
-            temperature = linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
+            # (verify: one temperature, so that its fewer passes sample what one per pass samples)
+            temperature = (
+                config.temperature
+                if verify
+                else linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
+            )
             rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
             # the verify rule's drafts to check: for the open positions but the last (row r decides
             # position r with the drafts before it in place; the last row's choice needs no draft)
@@ -298,16 +296,18 @@ def denoise(
                 take = m if ended else m + 1
                 tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]])[:take], torch.arange(take, device=device)
                 scores = chosen_probability(probs, chosen)
-                # Next pass's drafts: what row m, which saw every token committed now, chose for the
-                # rest of the block; if this pass finished the block, for the next block too.
-                proposal = drafts_from(logits[m], feed[m], rows[m + 1 :], 0, e - s, temperature, noise)
-                following = is_masked[e:reach].nonzero()[:, 0]  # the next block's open offsets
-                if take == len(rows) and not bool(torch.isin(chosen[m], ends)) and len(following):
-                    later = gumbel_noise((reach - e, logits.shape[-1]), gen, device) if temperature > 0 else None
-                    ahead_of[e] = (
-                        drafts_from(logits[m], feed[m], following, e - s, reach - e, temperature, later),
-                        later,
+                if config.draft:  # (--draft 0: no drafts to make)
+                    # Next pass's drafts: what row m, which saw every token committed now, chose for the
+                    # rest of the block; if this pass finished the block, for the next block too.
+                    later = rows[m + 1 :]
+                    proposal = drafts_from(
+                        candidates(logits[m, later], feed[m], m, rows, (s, e)), later, e - s, temperature, noise
                     )
+                    following = is_masked[e:reach].nonzero()[:, 0]  # the next block's open offsets
+                    if take == len(rows) and not bool(torch.isin(chosen[m], ends)) and len(following):
+                        fresh = gumbel_noise((reach - e, logits.shape[-1]), gen, device) if temperature > 0 else None
+                        choices = candidates(logits[m, e - s + following], feed[m], m, rows, (s, e))
+                        ahead_of[e] = (drafts_from(choices, following, reach - e, temperature, fresh), fresh)
             else:
                 # 2) a token and a score for every position of the block still to fill
                 block_logits = logits[0]

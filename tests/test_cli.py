@@ -490,12 +490,15 @@ def test_schedule_steps_bound_the_forward_passes() -> None:
     assert report["forward_passes"] <= 4 + embedded_blocks(report["prompt_tokens"], 16)
 
 
-def test_drafts_change_the_passes_not_the_code() -> None:
-    one_by_one = run_json([PROMPT, *SHORT, "--strategy", "verify", "--draft", "0"])
-    drafted = run_json([PROMPT, *SHORT, "--draft", "15"])  # the verify rule's own setting picks it
-    from_env = run_json([PROMPT, *SHORT], env={"DCODE_DRAFT": "15"})
-    assert drafted["code"] == one_by_one["code"] == from_env["code"]
-    assert drafted["forward_passes"] == from_env["forward_passes"] < one_by_one["forward_passes"]
+def test_drafts_change_the_passes_not_the_code(tiny_checkpoint: Path) -> None:
+    default = run_json([PROMPT, *SHORT])  # dcode-tiny decodes with the verify rule
+    one_by_one = run_json([PROMPT, *SHORT], env={"DCODE_DRAFT": "0"})
+    assert one_by_one["code"] == default["code"]
+    assert one_by_one["forward_passes"] > default["forward_passes"]
+    # On a model whose default rule is another, --draft alone picks the verify rule.
+    tiny = [PROMPT, *SHORT, "--model", str(tiny_checkpoint), "--seed", "3"]
+    left_to_right = run_json([*tiny, "--strategy", "verify", "--draft", "0"])
+    assert run_json([*tiny, "--draft", "4"])["code"] == left_to_right["code"]
 
 
 @pytest.mark.parametrize("model", ["embedded", "tiny"])

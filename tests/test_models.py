@@ -369,5 +369,7 @@ def test_what_dcode_new_runs_with_some_options_set() -> None:
     assert models.as_dcode_new_runs(SamplerConfig(), set(), tiny) == SamplerConfig(**tiny)  # type: ignore[arg-type]
     both = models.as_dcode_new_runs(SamplerConfig(threshold=0.5, steps=4), {"threshold", "steps"}, tiny)
     assert both.rule == "entropy-bound"  # two rules' settings: neither is implied, the family's rule stays
+    drafted = models.as_dcode_new_runs(SamplerConfig(draft=4), {"draft"}, tiny)
+    assert (drafted.rule, drafted.draft) == ("verify", 4)
     chosen = models.as_dcode_new_runs(SamplerConfig(rule="schedule", threshold=0.5), {"rule", "threshold"}, tiny)
     assert (chosen.rule, chosen.threshold) == ("schedule", 0.5)

@@ -440,6 +440,34 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
     assert not torch.equal(sample(15, 1), sample(15, 2))
 
 
+def verify_answer(layout: str, seed: int, canvas: torch.Tensor, fill: torch.Tensor, **settings) -> torch.Tensor:
+    model = make_fake(layout, seed=seed, scale=3.0)  # sure enough of its choices that drafts stand
+    config = SamplerConfig(rule="verify", draft_floor=0.0, seed=seed, block=LAYOUTS[layout][1], **settings)
+    return final(denoise(model, canvas, START, config, fill=fill)).canvas
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+@pytest.mark.parametrize("holes", [False, True], ids=["answer", "holes"])
+def test_verify_with_a_penalty_and_cooling_writes_what_one_per_pass_writes(
+    layout: str, temperature: float, holes: bool
+) -> None:
+    """Each row penalizes repeats of what it shows, its own drafts included; holes in a finished
+    answer (the repair pass) are filled in place; a cooling schedule does not apply (its passes
+    would differ)."""
+    settings = {"temperature": temperature, "cooling": 0.2, "repetition_penalty": 1.5}
+    for seed in range(8):
+        gen = torch.Generator().manual_seed(seed)
+        canvas, fill = answer_canvas(), torch.zeros(LENGTH, dtype=torch.bool)
+        fill[START:] = torch.rand(ANSWER, generator=gen) < 0.6 if holes else True
+        if holes:
+            canvas[START:] = torch.randint(2, 40, (ANSWER,), generator=gen)
+        one_by_one = verify_answer(layout, seed, canvas, fill, draft=0, **settings)
+        assert torch.equal(one_by_one[~fill], canvas[~fill])
+        for draft in (1, 3, 15):
+            assert torch.equal(verify_answer(layout, seed, canvas, fill, draft=draft, **settings), one_by_one)
+
+
 def test_verify_stops_at_a_confirmed_end() -> None:
     model = make_fake("block-causal-4", force={**CERTAIN, 10: EOS}, suppress=frozenset({MASK, EOS, PAD}))
     passes = run(model, answer_canvas(), START, SamplerConfig(rule="verify", draft_floor=0.0))
