@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-import torch
+# Torch on one thread here and in the commands the tests start (before torch is imported): the
+# models are tiny, and two threads a process on two cores busy with other work thrash (the
+# suite took 16.7 min in CI beside a training job, 2.8 min on one thread).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from dcode.models.base import ModelFacts
 
