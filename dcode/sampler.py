@@ -294,7 +294,7 @@ def denoise(
                 m = verified_run(chosen, drafted)
                 ended = m > 0 and bool(torch.isin(drafted[m - 1], ends))  # an end confirmed: nothing after it
                 take = m if ended else m + 1
-                tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]])[:take], torch.arange(take, device=device)
+                tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]]), torch.arange(take, device=device)
                 scores = chosen_probability(probs, chosen)
                 if config.draft:  # (--draft 0: no drafts to make)
                     # Next pass's drafts: what row m, which saw every token committed now, chose for the

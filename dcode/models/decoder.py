@@ -73,12 +73,13 @@ class KVCache:
         self.widen(1)
 
     def widen(self, rows: int) -> None:
-        """Hold the cached positions once per row fed side by side (from one copy: every row's are alike)."""
+        """Hold the cached positions once per row fed side by side (from one copy: every row's are
+        alike). A view, not a copy: the next forward's append copies them once anyway."""
         for layer in self.inner.layers:
             if isinstance(layer, DynamicLayer) and layer.keys is not None and layer.keys.shape[0] != rows:
                 assert layer.values is not None
-                layer.keys = layer.keys[:1].expand(rows, -1, -1, -1).contiguous()
-                layer.values = layer.values[:1].expand(rows, -1, -1, -1).contiguous()
+                layer.keys = layer.keys[:1].expand(rows, -1, -1, -1)
+                layer.values = layer.values[:1].expand(rows, -1, -1, -1)
 
 
 class WindowCache:
