@@ -89,8 +89,10 @@ def train(
 def run_autoregressive(folder: Path, prompts: list[str], length: int) -> dict[str, float]:
     """Greedy token-by-token answers of the exported model under a causal mask (transformers'
     generate, key/value cache): the same prompts, prompt template and measures as sampling.run."""
-    model = load(str(folder))
-    network = model.model  # the Qwen2ForCausalLM; generate() gives it its usual causal mask
+    from transformers import Qwen2ForCausalLM
+
+    model = load(str(folder))  # its tokenizer and facts; dcode runs the network block-causally, so:
+    network = Qwen2ForCausalLM.from_pretrained(str(folder), local_files_only=True).eval()  # generate(): causal mask
     eos = sorted(model.facts.eos_ids)
     forwards = tokens = real = mentions = 0
     seconds = 0.0

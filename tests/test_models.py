@@ -226,7 +226,8 @@ def test_cache_gives_the_uncached_canvas(shifted: bool, start: int, config: Samp
 
 
 def test_only_full_attention_offers_a_window_cache(block_model, full_model) -> None:
-    assert block_model.new_window_cache() is None  # its exact cache is better
+    # its exact cache is better (the native block-causal path has no window cache to offer)
+    assert getattr(block_model, "new_window_cache", lambda: None)() is None
     assert full_model.new_window_cache() is not None
 
 

@@ -32,7 +32,7 @@ from conftest import benchmark_module, python_lines
 from tokenizers import Tokenizer
 from transformers import Qwen2ForCausalLM
 
-from dcode.models.qwen2 import block_causal_mask
+from dcode.models.native import block_causal_mask
 from dcode.train import corpus
 from dcode.train.data import MAX_CODE, MAX_PROMPT, Batcher, Examples, build, encode_units
 from dcode.train.tokenizer import CODE, EOS, MASK, PAD, PROMPT, SPECIAL_TOKENS, save_tokenizer, train_tokenizer

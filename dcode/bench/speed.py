@@ -45,6 +45,7 @@ import torch
 from dcode import pipeline
 from dcode.bench import Setting, settings, with_family
 from dcode.config import SamplerConfig
+from dcode.models import native
 from dcode.models.base import Denoiser
 from dcode.sampler import Step
 
@@ -182,15 +183,21 @@ def diffusion_run(
 
 def autoregressive_model(model: Denoiser, seed: int = 0) -> Any | None:
     """A *ForCausalLM of the diffusion network's class and config with random weights, on its
-    device and dtype; None when the network is not a transformers causal LM (the test fake,
+    device and dtype (transformers' Qwen2 for dcode's native one); None when the network is
+    neither (the test fake,
     DiffusionGemma's own block-diffusion class)."""
     network = getattr(model, "model", None)
-    if not isinstance(network, torch.nn.Module) or not type(network).__name__.endswith("ForCausalLM"):
+    if isinstance(network, native.Qwen2):  # dcode's own Qwen2 forward: its twin is transformers' class
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        config: Any = Qwen2Config.from_dict(network.config)
+        causal_lm: Any = Qwen2ForCausalLM
+    elif isinstance(network, torch.nn.Module) and type(network).__name__.endswith("ForCausalLM"):
+        config, causal_lm = copy.deepcopy(network.config), type(network)
+    else:
         return None
     parameter = next(network.parameters())
-    config: Any = copy.deepcopy(network.config)
     config.use_cache = True
-    causal_lm: Any = type(network)
     torch.manual_seed(seed)
     with torch.device(parameter.device):
         twin = causal_lm._from_config(config, dtype=parameter.dtype)

@@ -32,24 +32,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
-
-# Buffers some checkpoints carry that transformers recomputes; their presence is harmless.
-IGNORED_KEYS = ("rotary_emb.inv_freq",)
-
-
-def block_causal_mask(
-    query_start: int, query_len: int, key_len: int, block: int | None, device: torch.device
-) -> torch.Tensor:
-    """(1, 1, Lq, Lk) bool: query at absolute position q may see key k iff k // block <= q // block.
-
-    block=None means full bidirectional attention (every query sees every key).
-    Example: block=2, 4 tokens -> row 0 sees keys 0-1, row 2 sees keys 0-3.
-    """
-    if block is None:
-        return torch.ones(1, 1, query_len, key_len, dtype=torch.bool, device=device)
-    q = torch.arange(query_start, query_start + query_len, device=device) // block  # (Lq,)
-    k = torch.arange(key_len, device=device) // block  # (Lk,)
-    return (k[None, :] <= q[:, None])[None, None]
+from dcode.models.facts import state_facts
+from dcode.models.native import IGNORED_KEYS, block_causal_mask
 
 
 class KVCache:
@@ -267,41 +251,6 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
         raise ModelError(f"{folder}: cannot load the tokenizer: {str(error).splitlines()[0]}") from None
 
 
-def first_id(*candidates: object) -> int | None:
-    """The first candidate that is an id (0 counts; None and missing keys do not)."""
-    for candidate in candidates:
-        if isinstance(candidate, int) and not isinstance(candidate, bool):
-            return candidate
-    return None
-
-
-def token_id(tokenizer: Any, token: str) -> int | None:
-    """The id of a token the tokenizer knows as a whole (an added or special token), else None."""
-    found = tokenizer.get_vocab().get(token)
-    return found if isinstance(found, int) else None
-
-
-def special_ids(
-    config: Mapping[str, Any], tokenizer: Any, *, mask_token: str | None = None, end_tokens: Iterable[str] = ()
-) -> tuple[int, frozenset[int], int]:
-    """(mask id, end-of-answer ids, pad id): config.json first, then the tokenizer.
-
-    end_tokens: tokens that end an answer besides config's eos (an instruct model's end of turn).
-    """
-    mask_id = first_id(config.get("mask_token_id"), tokenizer.mask_token_id)
-    if mask_id is None and mask_token is not None:
-        mask_id = token_id(tokenizer, mask_token)
-    if mask_id is None:
-        raise ModelError("neither config.json nor the tokenizer names a mask token")
-    eos = config.get("eos_token_id")
-    eos_ids = {i for i in (first_id(e) for e in (eos if isinstance(eos, list) else [eos])) if i is not None}
-    if not eos_ids and tokenizer.eos_token_id is not None:
-        eos_ids = {int(tokenizer.eos_token_id)}
-    eos_ids |= {i for i in (token_id(tokenizer, t) for t in end_tokens) if i is not None}
-    pad_id = first_id(config.get("pad_token_id"), tokenizer.pad_token_id, *sorted(eos_ids))
-    return mask_id, frozenset(eos_ids), pad_id if pad_id is not None else mask_id
-
-
 def build(
     folder: Path,
     config: Mapping[str, Any],
@@ -325,25 +274,21 @@ def build(
     """Load tokenizer and weights and state the facts: the one path every family module takes.
     The family module has already called checkpoint.read_headers(folder)."""
     tokenizer = load_tokenizer(folder, tokenizer_class)
-    try:
-        mask_id, eos_ids, pad_id = special_ids(config, tokenizer, mask_token=mask_token, end_tokens=end_tokens)
-    except ModelError as error:
-        raise ModelError(f"{folder}: {error}") from None
     vocab_size = int(model_config.vocab_size)
-    if not 0 <= mask_id < vocab_size:
-        raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
-    model = load_weights(model_class, folder, model_config, device, dtype, key_mapping)
-    facts = ModelFacts(
+    facts = state_facts(
+        folder,
+        config,
+        tokenizer,
+        vocab_size,
+        mask_token=mask_token,
+        end_tokens=end_tokens,
         name=name,
         family=family,
-        mask_id=mask_id,
-        eos_ids=eos_ids,
-        pad_id=pad_id,
         shifted=shifted,
         block=block,
         max_length=max_length,
-        vocab_size=vocab_size,
         prompt=prompt,
         defaults=dict(defaults),
     )
+    model = load_weights(model_class, folder, model_config, device, dtype, key_mapping)
     return DecoderDenoiser(model, tokenizer, facts)

@@ -24,7 +24,8 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Diffu
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_headers
-from dcode.models.decoder import first_id, load_tokenizer, load_weights, make_config, token_id
+from dcode.models.decoder import load_tokenizer, load_weights, make_config
+from dcode.models.facts import first_id, token_id
 
 # transformers' DiffusionGemmaGenerationConfig defaults, as SamplerConfig fields: sample with a
 # linear temperature schedule 0.8 -> 0.4 over at most 48 passes per canvas, accept under the

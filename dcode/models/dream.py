@@ -17,8 +17,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
 from dcode.models.checkpoint import need, read_headers
-from dcode.models.decoder import build, make_config
-from dcode.models.qwen2 import Qwen2Denoiser
+from dcode.models.decoder import DecoderDenoiser, build, make_config
 
 # Dream-Coder's published settings (HumanEval 82.9): negative-entropy ordering (Dream `entropy`),
 # temperature 0.1, top_p 0.95. As SamplerConfig fields; the CLI applies them to unset options.
@@ -61,7 +60,7 @@ def qwen2_values(config: dict[str, Any], folder: Path, has_lm_head: bool) -> dic
     return values
 
 
-def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> Qwen2Denoiser:
+def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local Dream-family checkpoint folder (safetensors, possibly sharded) as a denoiser."""
     values = qwen2_values(config, folder, has_lm_head="lm_head.weight" in read_headers(folder))
     return build(

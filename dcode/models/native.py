@@ -1,0 +1,319 @@
+"""Qwen2 layers in plain torch, for block-causal checkpoints: dcode-tiny starts without transformers.
+
+Importing transformers' Qwen2 module costs 2-3 s on a 2-core CPU (it pulls in torch.distributed
+and torch._dynamo), more than the rest of a short `dcode new` together; this module is the same
+decoder in ~200 lines of torch, read from the same safetensors names, and tests hold its logits
+equal to transformers' Qwen2ForCausalLM. It covers what dcode-tiny and block-diffusion
+checkpoints of its kind use: RMSNorm, rotary positions (default RoPE), grouped-query attention
+with q/k/v biases, SwiGLU, tied or untied output head, a block-causal mask and an exact cache of
+finished blocks. A checkpoint asking for anything else (other RoPE types, sliding windows, full
+attention and its approximate window cache) is loaded by transformers instead (qwen2.native_fits).
+
+Owns: the modules, the attention mask, the cache, loading the weights strictly. Knows nothing
+about tokenizers, sampling, files other than the checkpoint's, or the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from dcode.models.base import ModelError, ModelFacts
+from dcode.models.checkpoint import weight_files
+
+# Buffers some checkpoints carry that are recomputed here; their presence is harmless.
+IGNORED_KEYS = ("rotary_emb.inv_freq",)
+
+
+def block_causal_mask(
+    query_start: int, query_len: int, key_len: int, block: int | None, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, Lq, Lk) bool: query at absolute position q may see key k iff k // block <= q // block.
+
+    block=None means full bidirectional attention (every query sees every key).
+    Example: block=2, 4 tokens -> row 0 sees keys 0-1, row 2 sees keys 0-3.
+    """
+    if block is None:
+        return torch.ones(1, 1, query_len, key_len, dtype=torch.bool, device=device)
+    q = torch.arange(query_start, query_start + query_len, device=device) // block  # (Lq,)
+    k = torch.arange(key_len, device=device) // block  # (Lk,)
+    return (k[None, :] <= q[:, None])[None, None]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The numbers of a Qwen2 config.json that the forward needs."""
+
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    eps: float  # rms_norm_eps
+    theta: float  # RoPE base
+    tied: bool  # lm_head shares the embedding matrix
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> Shape:
+        heads = int(config["num_attention_heads"])
+        rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        return cls(
+            vocab=int(config["vocab_size"]),
+            hidden=int(config["hidden_size"]),
+            layers=int(config["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+            intermediate=int(config["intermediate_size"]),
+            eps=float(config.get("rms_norm_eps", 1e-6)),
+            theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
+            tied=bool(config.get("tie_word_embeddings", False)),
+        )
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm (Zhang & Sennrich 2019), in float32 as Qwen2 computes it: x (..., D) -> (..., D)."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def rotary(
+    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE tables (Su et al. 2021, RoFormer): positions (L,) -> cos, sin (L, head_dim), each
+    frequency theta^(-2i/d) written twice (the halves layout that rotate_half pairs)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device) / head_dim))
+    freqs = positions[:, None].float() * inv_freq[None, :]  # (L, D/2)
+    angles = torch.cat([freqs, freqs], dim=-1)  # (L, D)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, L, D) rotated by position: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    turned = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + turned * sin
+
+
+class Linear(nn.Linear):
+    """nn.Linear without its random init: every weight comes from the checkpoint (and initializing
+    on the meta device would import torch._dynamo, 1.5 s)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        pass
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = shape.heads, shape.kv_heads, shape.head_dim
+        self.q_proj = Linear(shape.hidden, shape.heads * shape.head_dim, bias=True)
+        self.k_proj = Linear(shape.hidden, shape.kv_heads * shape.head_dim, bias=True)
+        self.v_proj = Linear(shape.hidden, shape.kv_heads * shape.head_dim, bias=True)
+        self.o_proj = Linear(shape.heads * shape.head_dim, shape.hidden, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, L, hidden)
+        cos: torch.Tensor,  # (L, D)
+        sin: torch.Tensor,
+        mask: torch.Tensor,  # (1, 1, L, K) bool, K = cached + L
+        past: tuple[torch.Tensor, torch.Tensor] | None,  # keys, values (B, Hkv, cached, D)
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        b, n, _ = x.shape
+        q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
+        k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, L, D)
+        v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)  # (B, Hkv, K, D)
+        groups = self.heads // self.kv_heads
+        keys, values = (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, D)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)), (k, v)
+
+
+class MLP(nn.Module):
+    """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.gate_proj = Linear(shape.hidden, shape.intermediate, bias=False)
+        self.up_proj = Linear(shape.hidden, shape.intermediate, bias=False)
+        self.down_proj = Linear(shape.intermediate, shape.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden, shape.eps)
+        self.self_attn = Attention(shape)
+        self.post_attention_layernorm = RMSNorm(shape.hidden, shape.eps)
+        self.mlp = MLP(shape)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, past: Any
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Pre-norm residual block: x (B, L, hidden) -> (B, L, hidden), and this layer's keys/values."""
+        attended, present = self.self_attn(self.input_layernorm(x), cos, sin, mask, past)
+        x = x + attended
+        return x + self.mlp(self.post_attention_layernorm(x)), present
+
+
+class Body(nn.Module):
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(shape.vocab, shape.hidden)
+        self.layers = nn.ModuleList(Layer(shape) for _ in range(shape.layers))
+        self.norm = RMSNorm(shape.hidden, shape.eps)
+
+
+class Qwen2(nn.Module):
+    """Qwen2ForCausalLM's weights and forward; parameter names are the checkpoint's. `config` keeps
+    config.json's values (what a transformers twin of this network would be built from)."""
+
+    def __init__(self, shape: Shape, config: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self.shape, self.config = shape, dict(config or {})
+        self.model = Body(shape)
+        self.lm_head = Linear(shape.hidden, shape.vocab, bias=False)
+        if shape.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(
+        self, ids: torch.Tensor, start: int, mask: torch.Tensor, cache: NativeCache | None = None
+    ) -> torch.Tensor:
+        """ids (B, L) at positions [start, start+L), mask (1, 1, L, K) -> logits (B, L, V).
+        With a cache, each layer's new keys/values are appended to it."""
+        x = self.model.embed_tokens(ids)  # (B, L, hidden)
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        cos, sin = rotary(positions, self.shape.head_dim, self.shape.theta, x.dtype)
+        cached = list(cache.layers) if cache is not None and cache.layers else None
+        for i, layer in enumerate(self.model.layers):
+            past = cached[i] if cached is not None else None
+            x, present = layer(x, cos, sin, mask, past)
+            if cache is not None:
+                cache.store(i, present)
+        return self.lm_head(self.model.norm(x))
+
+
+class NativeCache:
+    """Keys/values (B, Hkv, length, D) of every layer for the first `length` canvas positions;
+    crop() forgets everything after. It holds one canvas: rows fed side by side (the verify
+    rule's drafts) share its positions through widen(), and crop() goes back to one copy."""
+
+    def __init__(self) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def length(self) -> int:
+        return self.layers[0][0].shape[-2] if self.layers else 0
+
+    def store(self, layer: int, present: tuple[torch.Tensor, torch.Tensor]) -> None:
+        if layer < len(self.layers):
+            self.layers[layer] = present
+        else:
+            self.layers.append(present)
+
+    def crop(self, length: int) -> None:
+        self.layers = [(k[:1, :, :length], v[:1, :, :length]) for k, v in self.layers]
+
+    def widen(self, rows: int) -> None:
+        """Hold the cached positions once per row (a view of the one copy: every row's are alike)."""
+        self.layers = [(k[:1].expand(rows, -1, -1, -1), v[:1].expand(rows, -1, -1, -1)) for k, v in self.layers]
+
+
+def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> Qwen2:
+    """The folder's safetensors (one file or shards) in a Qwen2 of config.json's shape. A missing weight, a
+    shape that does not fit, or a weight that belongs to nothing is a one-line ModelError."""
+    try:
+        shape = Shape.of(config)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ModelError(f"{folder / 'config.json'}: bad value: {error}") from None
+    with torch.device("meta"):
+        model = Qwen2(shape, config)
+    weights: dict[str, torch.Tensor] = {}
+    try:
+        for path in weight_files(folder):
+            weights.update(load_file(str(path)))
+    except (OSError, ValueError) as error:
+        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+    expected = dict(model.state_dict())
+    if shape.tied:
+        expected.pop("lm_head.weight")
+    problems = [
+        *(f"missing {k}" for k in sorted(expected.keys() - weights.keys())),
+        *(
+            f"{k} has shape {tuple(weights[k].shape)}, the config needs {tuple(v.shape)}"
+            for k, v in sorted(expected.items())
+            if k in weights and weights[k].shape != v.shape
+        ),
+        *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(IGNORED_KEYS)),
+    ]
+    if shape.tied and "lm_head.weight" in weights:
+        problems = [p for p in problems if p != "unused lm_head.weight"]  # a tied head saved anyway
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+    model.load_state_dict({k: weights[k].to(dtype) for k in expected}, strict=False, assign=True)
+    if shape.tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.to(device).eval()
+
+
+@dataclass
+class NativeDenoiser:
+    """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward."""
+
+    model: Qwen2
+    tokenizer: Any
+    facts: ModelFacts
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, cache: NativeCache | None = None) -> torch.Tensor:
+        """ids (B, L) at canvas positions [P, P+L) where P = cache.length -> logits (B, L, V) in float32.
+
+        With a cache, the new positions' keys/values are appended to it; the caller crops.
+        """
+        start = 0
+        if cache is not None:
+            cache.widen(ids.shape[0])
+            start = cache.length
+        mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], self.facts.block, ids.device)
+        return self.model(ids, start, mask, cache).float()
+
+    def new_cache(self) -> NativeCache | None:
+        """A cache when reusing keys/values is exact (block-causal attention), else None."""
+        return NativeCache() if self.facts.block is not None else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
