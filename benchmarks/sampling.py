@@ -5,6 +5,7 @@
     python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
     python benchmarks/sampling.py --unheld             # and each adaptive row without hold_conflicts
     python benchmarks/sampling.py --drafts 0,4         # verify rows checking 0 and 4 drafts a pass
+    python benchmarks/sampling.py --transformers       # and two rows on transformers' Qwen2 and tokenizer
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
 passes, rows per pass (the canvases a pass feeds side by side: the verify rule's drafts), tokens
@@ -28,7 +29,7 @@ import torch
 from dcode import pipeline
 from dcode.bench import python_prompts
 from dcode.config import SamplerConfig
-from dcode.models import as_dcode_new_runs, load
+from dcode.models import as_dcode_new_runs, load, qwen2, resolve
 from dcode.sampler import Step
 from dcode.syntax import is_real_code
 
@@ -117,6 +118,12 @@ def main() -> None:
     parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
     parser.add_argument("--drafts", default="", help="more verify rows by drafts checked per pass, e.g. 0,4")
     parser.add_argument("--unheld", action="store_true", help="repeat each adaptive row with hold_conflicts off")
+    parser.add_argument(
+        "--transformers",
+        action="store_true",
+        help="repeat one-per-pass and model-defaults on transformers' Qwen2 and AutoTokenizer (dcode-tiny's path"
+        " before session 10)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -140,15 +147,20 @@ def main() -> None:
     results = {}
     for name, config in configs.items():
         results[name] = run(model, prompts, args.length, replace(config, cache=not args.no_cache))
+    if args.transformers:
+        folder, shown = resolve(args.model)
+        twin = qwen2.load(folder, torch.device("cpu"), torch.float32, shown, native_path=False)
+        for row in ("one-per-pass", "model-defaults"):
+            results[f"{row} (tf)"] = run(twin, prompts, args.length, replace(configs[row], cache=not args.no_cache))
     base = results["one-per-pass"]
     threads = torch.get_num_threads()
     print(f"model {model.facts.name}, {len(prompts)} python prompts, canvas {args.length}, threads {threads}")
     header = ("setting", "passes", "rows", "tokens", "TPF", "tok/s", "wall s", "real code", "key words", "speed-up")
-    print(f"{header[0]:<15}" + "".join(f"{h:>10}" for h in header[1:]))
+    print(f"{header[0]:<20}" + "".join(f"{h:>10}" for h in header[1:]))
     for name, r in results.items():
         speedup = r["tokens_per_second"] / base["tokens_per_second"] if base["tokens_per_second"] else 0
         print(
-            f"{name:<15}{r['forward_passes']:>10}{r['rows_per_pass']:>10.1f}{r['tokens']:>10}{r['tokens_per_forward']:>10.2f}"
+            f"{name:<20}{r['forward_passes']:>10}{r['rows_per_pass']:>10.1f}{r['tokens']:>10}{r['tokens_per_forward']:>10.2f}"
             f"{r['tokens_per_second']:>10.1f}{r['wall_seconds']:>10.1f}{r['real_code_rate']:>10.0%}"
             f"{r['key_words_rate']:>10.0%}{speedup:>9.2f}x"
         )

@@ -56,9 +56,17 @@ def native_fits(config: Mapping[str, Any]) -> bool:
 
 
 def load(
-    folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any] | None = None
+    folder: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    name: str,
+    config: dict[str, Any] | None = None,
+    *,
+    native_path: bool = True,
 ) -> Denoiser:
-    """Load a local Qwen2 / Qwen3 checkpoint folder (safetensors only) as a denoiser."""
+    """Load a local Qwen2 / Qwen3 checkpoint folder (safetensors only) as a denoiser.
+    native_path=False: transformers' classes and tokenizer even where the native path fits (the
+    baseline benchmarks/sampling.py --transformers measures against)."""
     config = config if config is not None else read_config(folder)
     model_type = str(config.get("model_type"))
     read_headers(folder)  # no weights, missing shards, bad or truncated files: one-line errors first
@@ -73,7 +81,7 @@ def load(
         "defaults": {**DEFAULTS, **(config.get("dcode_defaults") or {})},
         "prompt": str(config.get("dcode_prompt") or "new"),
     }
-    if native_fits(config):
+    if native_path and native_fits(config):
         return load_native(folder, config, device, dtype, fields)
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
