@@ -5,7 +5,7 @@
     python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
     python benchmarks/sampling.py --unheld             # and each adaptive row without hold_conflicts
     python benchmarks/sampling.py --drafts 0,4         # verify rows checking 0 and 4 drafts a pass
-    python benchmarks/sampling.py --transformers       # and two rows on transformers' Qwen2 and tokenizer
+    python benchmarks/sampling.py --transformers       # and two rows on transformers' Qwen2 (the old path)
 
 For each setting it runs every prompt through the same pipeline the CLI uses and reports forward
 passes, rows per pass (the canvases a pass feeds side by side: the verify rule's drafts), tokens
@@ -121,8 +121,8 @@ def main() -> None:
     parser.add_argument(
         "--transformers",
         action="store_true",
-        help="repeat one-per-pass and model-defaults on transformers' Qwen2 and AutoTokenizer (dcode-tiny's path"
-        " before session 10)",
+        help="repeat one-per-pass and model-defaults on transformers' Qwen2 and tokenizer (the path dcode-tiny"
+        " took before session 10, but for its tokenizer, fixed in both)",
     )
     args = parser.parse_args()
     if args.threads:

@@ -141,6 +141,14 @@ def test_the_embedded_tokenizer_encodes_as_training_did() -> None:
     assert tokenizer.decode(trained.encode(CODE).ids) == CODE
 
 
+def test_the_transformers_path_reads_the_tokenizer_class_the_folder_names() -> None:
+    from dcode.models.decoder import load_tokenizer
+
+    trained = Tokenizer.from_file(str(models.EMBEDDED / "tokenizer.json"))
+    tokenizer = load_tokenizer(models.EMBEDDED)  # tokenizer_config: PreTrainedTokenizerFast, not Qwen2's
+    assert tokenizer.encode(CODE, add_special_tokens=False) == trained.encode(CODE, add_special_tokens=False).ids
+
+
 @pytest.mark.parametrize("which", ["tiny", "dcode-tiny"])
 def test_plain_tokenizer_is_transformers_fast_tokenizer(which: str, tiny_checkpoint: Path) -> None:
     from transformers import PreTrainedTokenizerFast

@@ -12,7 +12,6 @@ llada) decide the config, the names and the facts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from transformers.utils import logging as transformers_logging
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.facts import state_facts
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
+from dcode.models.plain_tokenizer import settings_of
 
 
 class KVCache:
@@ -233,16 +233,15 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
 
     tokenizer_class: the family's transformers class for its files (Dream's tokenizer_config names
     a remote DreamTokenizer; Qwen2Tokenizer reads the same vocab.json / merges.txt). None lets
-    AutoTokenizer choose, except that a tokenizer_config asking for remote code (auto_map) gets
-    PreTrainedTokenizerFast.
+    AutoTokenizer choose, except that a tokenizer_config asking for remote code (auto_map) or
+    naming PreTrainedTokenizerFast gets PreTrainedTokenizerFast: transformers 5's AutoTokenizer
+    gives a qwen2 folder Qwen2Tokenizer, whose own pre-tokenizer replaces the one in
+    tokenizer.json (dcode-tiny's code-aware one, for instance).
     """
     try:
         if tokenizer_class is None:
-            try:
-                settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                settings = {}
-            if isinstance(settings, dict) and "auto_map" in settings:
+            settings = settings_of(folder)
+            if "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
                 tokenizer_class = PreTrainedTokenizerFast
             else:
                 return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)

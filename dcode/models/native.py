@@ -263,7 +263,7 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
     weights: dict[str, torch.Tensor] = {}
     try:
         for path in weight_files(folder):
-            weights.update(load_file(str(path)))
+            weights.update(load_file(str(path), device=str(device)))
     except (OSError, ValueError) as error:
         raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
     expected = dict(model.state_dict())
