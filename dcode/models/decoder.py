@@ -1,11 +1,11 @@
 """A transformers decoder stack (Qwen2, Qwen3, Llama layers) as a denoiser, and the loading steps
 every family module shares.
 
-Owns: the attention mask that makes a causal stack bidirectional or block-causal, the exact
-key/value cache of finished blocks, Fast-dLLM's approximate window cache for full attention,
-loading safetensors into a transformers class (with renamed keys where a family names its weights
-differently) so that a weight the config needs but the files lack is an error rather than a random
-tensor, loading the tokenizer without remote code, and the special token ids. Knows nothing
+Owns: running a causal stack under a bidirectional or block-causal mask (native.block_causal_mask),
+the exact key/value cache of finished blocks, Fast-dLLM's approximate window cache for full
+attention, loading safetensors into a transformers class (with renamed keys where a family names
+its weights differently) so that a weight the config needs but the files lack is an error rather
+than a random tensor, and loading the tokenizer without remote code (the special ids: facts.py). Knows nothing
 about sampling, files other than the checkpoint's, or the terminal. Family modules (qwen2, dream,
 llada) decide the config, the names and the facts.
 """

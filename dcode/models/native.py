@@ -2,7 +2,7 @@
 
 Importing transformers' Qwen2 module costs 2-3 s on a 2-core CPU (it pulls in torch.distributed
 and torch._dynamo), more than the rest of a short `dcode new` together; this module is the same
-decoder in ~200 lines of torch, read from the same safetensors names, and tests hold its logits
+decoder in plain torch, read from the same safetensors names, and tests hold its logits
 equal to transformers' Qwen2ForCausalLM. It covers what dcode-tiny and block-diffusion
 checkpoints of its kind use: RMSNorm, rotary positions (default RoPE), grouped-query attention
 with q/k/v biases, SwiGLU, tied or untied output head, a block-causal mask and an exact cache of
