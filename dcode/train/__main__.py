@@ -29,6 +29,9 @@ def command_line() -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--requests", type=int, default=3000, help="distill: requests to ask --model")
     parser.add_argument("--model", type=Path, default=EMBEDDED, help="distill: the model whose answers are kept")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="distill: which requests are drawn (and human units mixed in)"
+    )
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument(
         "--new-tokenizer",
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         from dcode.models import load
         from dcode.train.distill import build as distill
 
-        distill(load(str(args.model)), args.data, args.out, args.requests)
+        distill(load(str(args.model)), args.data, args.out, args.requests, seed=args.seed)
         return
     from dcode.train.train import Trainer
 
