@@ -202,3 +202,13 @@ def test_folders_the_plain_tokenizer_does_not_read(tiny_checkpoint: Path, tmp_pa
         settings = json.loads((folder / "tokenizer_config.json").read_text())
         (folder / "tokenizer_config.json").write_text(json.dumps({**settings, **change}))
         assert not plain_tokenizer.fits(folder), change
+
+
+def test_a_broken_tokenizer_json_is_a_one_line_error(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoint, folder)
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": ')
+    with pytest.raises(models.ModelError) as error:
+        models.load(str(folder))
+    message = str(error.value)
+    assert message.startswith(f"{folder}: cannot load the tokenizer: ") and "\n" not in message
