@@ -214,6 +214,13 @@ def test_models_never_import_their_consumers(module: str) -> None:
     assert bad == set()
 
 
+@pytest.mark.parametrize("module", ["dcode.models.native", "dcode.models.plain_tokenizer", "dcode.models.facts"])
+def test_the_native_path_never_imports_transformers(module: str) -> None:
+    """dcode-tiny's load runs on these (and qwen2.py, whose transformers imports are its fallback)."""
+    assert "transformers" not in all_imports(module)
+    assert all("transformers" not in all_imports(m) for m in dcode_imports(module))
+
+
 def test_nothing_imports_the_cli() -> None:
     assert [m for m in MODULES if not in_cli(m) and any(in_cli(i) for i in dcode_imports(m))] == []
 
