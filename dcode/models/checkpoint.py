@@ -50,6 +50,16 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+def read_optional_json(path: Path) -> dict[str, Any]:
+    """An optional JSON object file (tokenizer_config.json, generation_config.json) as a dict; {}
+    when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def need(config: dict[str, Any], where: Path, *keys: str) -> int:
     """The first of `keys` that config.json sets to a positive integer; else a ModelError naming them.
     Example: need(config, folder, "n_kv_heads", "n_heads") for a key with a documented fallback."""

@@ -13,7 +13,6 @@ sampling rules, files other than the checkpoint's, or the terminal.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +22,7 @@ from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, 
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import read_headers
+from dcode.models.checkpoint import read_headers, read_optional_json
 from dcode.models.decoder import load_tokenizer, load_weights, make_config
 from dcode.models.facts import first_id, token_id
 
@@ -132,15 +131,6 @@ def text_values(config: dict[str, Any], folder: Path) -> dict[str, Any]:
     return text
 
 
-def read_generation_config(folder: Path) -> dict[str, Any]:
-    """generation_config.json as a dict; {} when it is missing or unreadable (it is optional)."""
-    try:
-        data = json.loads((folder / "generation_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def ids_of(value: object) -> set[int]:
     """An id or a list of ids from a config value; anything else -> none."""
     values = value if isinstance(value, list) else [value]
@@ -197,7 +187,7 @@ def load(
     model_config = make_config(DiffusionGemmaConfig, config, folder)
     canvas = int(model_config.canvas_length or CANVAS_LENGTH)
     vocab_size = int(text["vocab_size"])
-    generation = read_generation_config(folder)
+    generation = read_optional_json(folder / "generation_config.json")  # optional
     tokenizer = load_tokenizer(folder)
     placeholder, eos_ids, pad_id = special_ids(config, text, generation, tokenizer, folder)
     if not 0 <= placeholder < vocab_size:

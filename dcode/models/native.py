@@ -269,6 +269,7 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
     expected = dict(model.state_dict())
     if shape.tied:
         expected.pop("lm_head.weight")
+        weights.pop("lm_head.weight", None)  # a tied head saved anyway: the embedding is it
     problems = [
         *(f"missing {k}" for k in sorted(expected.keys() - weights.keys())),
         *(
@@ -278,8 +279,6 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
         ),
         *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(IGNORED_KEYS)),
     ]
-    if shape.tied and "lm_head.weight" in weights:
-        problems = [p for p in problems if p != "unused lm_head.weight"]  # a tied head saved anyway
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")

@@ -17,6 +17,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from dcode.models.base import ModelError
+from dcode.models.checkpoint import read_optional_json
 
 SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")
 # What tokenizer_config.json may name as tokenizer_class for a plain tokenizer.json.
@@ -25,11 +26,7 @@ PLAIN_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
 
 def settings_of(folder: Path) -> dict[str, Any]:
     """tokenizer_config.json as a dict ({} when absent or not an object)."""
-    try:
-        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return settings if isinstance(settings, dict) else {}
+    return read_optional_json(folder / "tokenizer_config.json")
 
 
 def fits(folder: Path) -> bool:
