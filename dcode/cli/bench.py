@@ -1,11 +1,14 @@
 """`dcode bench speed` and `dcode bench quality`: dcode's settings against the baselines users would pick.
 
-The Markdown table goes to stdout; JSON, Markdown (and the quality plot) go to --out; a progress
-bar goes to stderr, and only to a terminal.
+The Markdown table goes to stdout; JSON, Markdown (and the quality plot) go to --out, each headed
+by the command, the weights' sha256 and the date; a progress bar goes to stderr, and only to a
+terminal. The settings, metrics and suites are dcode.bench's, shared with the scripts in benchmarks/.
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,7 +87,7 @@ def speed_command(
         chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
         with progress_bar(quiet) as bar:
             result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
-        deliver(result, report.write_reports, out, quiet)
+        deliver(result, report.write_reports, out, quiet, model)
 
 
 @bench_app.command("quality")
@@ -129,7 +132,7 @@ def quality_command(
         limits = Limits(seconds=timeout, memory_mb=memory_mb)
         with progress_bar(quiet) as bar:
             result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
-        deliver(result, report.write_reports, out, quiet)
+        deliver(result, report.write_reports, out, quiet, model)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,9 +200,14 @@ def progress_bar(quiet: bool) -> Iterator[Progress | None]:
         yield bar
 
 
-def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool) -> None:
-    """Write the reports, print the Markdown table on stdout, name the files on stderr."""
-    paths = write(result, out)
+def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool, model: str | None) -> None:
+    """Write the reports (headed by the command, the weights' sha256 and the date), print the
+    Markdown table on stdout, name the files on stderr."""
+    from dcode.bench import provenance
+    from dcode.models import resolve
+
+    command = shlex.join(["dcode", *sys.argv[1:]])
+    paths = write({"provenance": provenance(command, resolve(model)[0]), **result}, out)
     typer.echo(Path(paths[1]).read_text(encoding="utf-8"), nl=False)
     if not quiet:
         typer.echo(f"dcode: wrote {', '.join(str(p) for p in paths)}", err=True)
