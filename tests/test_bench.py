@@ -314,3 +314,13 @@ def test_the_sampling_script_runs_registry_settings_and_reports_the_metrics(
     assert (tmp_path / "out.md").read_text().startswith("Command: `python benchmarks/sampling.py --model")
     with pytest.raises(SystemExit):
         sampling.main(["--settings", "fastest"])
+
+
+def test_bench_settings_lists_the_registry_and_the_parametric_names() -> None:
+    result = bench("settings")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[: len(REGISTRY)]] == list(REGISTRY)
+    assert "left-to-right                     fast      rule=verify, draft=0" in lines
+    assert "model-defaults                    fast      the model's own defaults" in lines
+    assert lines[-1] == "verify-<draft>                    fast      rule=verify, draft=<draft>"

@@ -111,6 +111,21 @@ def named(name: str) -> Setting:
     raise ValueError(f"unknown setting {name!r}")
 
 
+# The field that sets each rule's pace, shown beside it.
+RULE_FIELD = {"schedule": "steps", "threshold": "threshold", "entropy-bound": "entropy_bound", "verify": "draft"}
+
+
+def describe(setting: Setting) -> str:
+    """What a setting fixes, in SamplerConfig's words.
+    Example: describe(REGISTRY["left-to-right"]) == "rule=verify, draft=0"."""
+    if setting.decides is not None and not setting.decides:
+        return "the model's own defaults"
+    config, plain = setting.config, SamplerConfig()
+    shown = ["rule", RULE_FIELD.get(config.rule, "rule")]
+    shown += [f for f in ("block", "cache", "approx_cache") if getattr(config, f) != getattr(plain, f)]
+    return ", ".join(f"{f}={getattr(config, f)}" for f in dict.fromkeys(shown))
+
+
 def custom(name: str, fields: Mapping[str, Any]) -> Setting:
     """A setting from SamplerConfig fields as a user passes them to `dcode new` (a rule's own
     setting alone picks that rule; the model's defaults fill in every other field).

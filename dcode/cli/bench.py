@@ -50,7 +50,12 @@ LimitOption = Annotated[int, typer.Option("--limit", min=0, help="Use only the f
 LengthOption = Annotated[int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")]
 OutOption = Annotated[Path, typer.Option("--out", help="Folder for the JSON, Markdown and PNG reports.")]
 SettingsOption = Annotated[
-    str | None, typer.Option("--settings", help="Comma-separated setting names (default: all for the model).")
+    str | None,
+    typer.Option(
+        "--settings",
+        help="Comma-separated setting names: `dcode bench settings` lists them; threshold-T, entropy-bound-G and"
+        " verify-N also work (default: all for the model).",
+    ),
 ]
 
 
@@ -133,6 +138,17 @@ def quality_command(
         with progress_bar(quiet) as bar:
             result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
         deliver(result, report.write_reports, out, quiet, model)
+
+
+@bench_app.command("settings")
+def settings_command() -> None:
+    """The named decoding settings every benchmark takes (--settings here, in benchmarks/*.py)."""
+    from dcode.bench import PARAMETRIC, REGISTRY, describe
+
+    for setting in REGISTRY.values():
+        typer.echo(f"{setting.name:<34}{setting.role:<10}{describe(setting)}")
+    for prefix, rule, field, _ in PARAMETRIC:
+        typer.echo(f"{prefix + '<' + field + '>':<34}{'fast':<10}rule={rule}, {field}=<{field}>")
 
 
 # ---------------------------------------------------------------------------------------------
