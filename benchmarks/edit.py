@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import sysconfig
 import time
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.config import SamplerConfig
+from dcode.bench import REGISTRY, provenance, with_family
 from dcode.edit import find_symbol, find_symbols
-from dcode.models import as_dcode_new_runs, load
+from dcode.models import load, resolve
 from dcode.syntax import find_issues
 
 INSTRUCTION = "add a docstring and handle empty input"
@@ -54,7 +56,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    config = as_dcode_new_runs(SamplerConfig(), (), model.facts.defaults)  # what `dcode edit` runs without options
+    config = with_family(REGISTRY["model-defaults"], model.facts.defaults)  # what `dcode edit` runs without options
     rows = []
     for path, source, symbol in candidates(model, args.files):
         region = find_symbol(source, "python", symbol)
@@ -79,6 +81,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     n = max(1, len(rows))
     summary = {
+        "provenance": provenance(shlex.join(["python", "benchmarks/edit.py", *sys.argv[1:]]), resolve(args.model)[0]),
         "model": model.facts.name,
         "edits": len(rows),
         "parse_rate": sum(r["parses"] for r in rows) / n,

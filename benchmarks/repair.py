@@ -1,4 +1,4 @@
-"""The repair pass measured two ways, with the embedded model (or --model) on this machine.
+"""The repair pass measured two ways, with the embedded model (or --model).
 
     python benchmarks/repair.py                 # both parts
     python benchmarks/repair.py --prompts 5 --files 10
@@ -20,16 +20,19 @@ import argparse
 import ast
 import json
 import random
+import shlex
+import sys
 import sysconfig
 import time
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.bench import python_prompts
+from dcode.bench import custom, provenance, python_prompts, with_family
+from dcode.bench.metrics import is_real_code
 from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
-from dcode.models import as_dcode_new_runs, load
+from dcode.models import load, resolve
 from dcode.repair import Repaired
-from dcode.syntax import find_issues, is_real_code
+from dcode.syntax import find_issues
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
@@ -185,12 +188,14 @@ def main() -> None:
     # what `dcode new --seed N` runs with no other options than --decode's
     fields = json.loads(args.decode)
     configs = [
-        as_dcode_new_runs(SamplerConfig(**{**fields, "seed": args.seed + k}), {*fields, "seed"}, model.facts.defaults)
+        with_family(custom(f"seed {args.seed + k}", {**fields, "seed": args.seed + k}), model.facts.defaults)
         for k in range(args.seeds)
     ]
     prompts = python_prompts(args.prompt_file)[: args.prompts or None]
     rng = random.Random(0)
+    command = shlex.join(["python", "benchmarks/repair.py", *sys.argv[1:]])
     results = {
+        "provenance": provenance(command, resolve(args.model)[0]),
         "model": model.facts.name,
         "seed": args.seed,
         "seeds": args.seeds,
