@@ -604,3 +604,62 @@ def test_a_remote_error_is_never_a_traceback() -> None:
         list(streams.read(iter([]), "auto", model="m", device="d", language="python"))
     answer = list(streams.read(iter([]), "auto", model="m", device="d", language="python", empty_ok=True))[-1]
     assert isinstance(answer, Answer) and answer.text == ""
+
+
+def test_no_connection_within_the_timeout() -> None:
+    """A listening socket whose backlog is full never completes the handshake: a connect timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+        url = f"http://127.0.0.1:{port}/v1"
+        done = dcode("new", "x", "--endpoint", url, "--model", "m", "--timeout", "0.3")
+        for filler in fillers:
+            filler.close()
+    assert (done.exit_code, done.stderr) == (1, f"dcode: error: no connection to {url} within 0.3 s (--timeout)\n")
+
+
+def test_the_rich_live_view_draws_a_served_model(replay: Any) -> None:
+    """The fallback view draws each pass and returns the final record; the last frame is settled."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from dcode import tui
+
+    server = replay(mercury)
+    endpoint = Endpoint.parse(server.url, model="mercury-2")
+    console = Console(file=StringIO(), force_terminal=True, color_system=None, width=60, height=20)
+    describe = flows.describer("mercury-2", endpoint.host, "python")
+    done = tui.run_rich(lambda: flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0), describe, console)
+    assert isinstance(done, flows.Generated) and done.code == MERCURY_TEXTS[-1]
+    drawn = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "mercury-2 · 127.0.0.1 · pass 2" in drawn
+    settled = describe(done, 1.0)
+    assert settled is not None and settled.settled and settled.code == MERCURY_TEXTS[-1] and settled.forward == 2
+
+
+def test_repair_of_a_new_draft_goes_through_fim(replay: Any) -> None:
+    """A served draft that does not parse is mended span by span, like a local draft."""
+    broken, fixed_line = "def f(x):\n    return x +\n", "    return x + 1"
+
+    def script(seen: Seen) -> Reply:
+        if seen.path == "/v1/chat/completions":
+            return Reply(chunks=sse_chunks([chat_chunk(broken)]))
+        return Reply(chunks=sse_chunks([text_chunk(fixed_line)]))
+
+    server = replay(script)
+    done = dcode("new", "f", "--endpoint", server.url, "--model", "m", "--json")
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["code"] == "def f(x):\n    return x + 1\n"
+    assert (report["repair"]["issues_before"], report["repair"]["issues_after"], report["repair"]["rounds"]) == (
+        1,
+        0,
+        1,
+    )
+    assert server.posts[1].body["prompt"] == "def f(x):\n" and server.posts[1].body["suffix"] == "\n"
