@@ -663,3 +663,35 @@ def test_repair_of_a_new_draft_goes_through_fim(replay: Any) -> None:
         1,
     )
     assert server.posts[1].body["prompt"] == "def f(x):\n" and server.posts[1].body["suffix"] == "\n"
+
+
+def test_a_server_refusing_the_extension_fields_is_asked_plainly(replay: Any) -> None:
+    def script(seen: Seen) -> Reply:
+        if "diffusing" in seen.body:
+            return error(400, "Unrecognized request argument supplied: diffusing")
+        return sglang(seen)
+
+    server = replay(script)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "--no-repair", "-q")
+    assert done.exit_code == 0 and done.stdout == "".join(SGLANG_BLOCKS)
+    first, second = (p.body for p in server.posts)
+    assert first["dcode"] == {"language": "python", "repair": False} and first["stream_options"]["include_usage"]
+    assert not {"diffusing", "dcode", "stream_options"} & set(second) and second["messages"] == first["messages"]
+
+
+def test_edit_json_has_the_local_keys_and_never_the_key(replay: Any, tmp_path: Path) -> None:
+    server = replay(fim_server("y = 22\n"))
+    path = tmp_path / "v.py"
+    path.write_text("x = 1\ny = 2\n")
+    args = ("edit", str(path), "--lines", "2", "--instruct", "y is 22", "--endpoint", server.url, "--model", "m")
+    done = dcode(*args, "--json", env={"DCODE_API_KEY": KEY})
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["written"], report["changed"], report["selection"], report["errors_after"]) == (
+        True,
+        True,
+        "line 2",
+        0,
+    )
+    assert report["region"] == {"start_byte": 6, "end_byte": 12} and report["backup"] == f"{path}.orig"
+    assert path.read_text() == "x = 1\ny = 22\n" and KEY not in done.stdout + done.stderr

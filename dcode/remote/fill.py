@@ -103,9 +103,9 @@ def answer(
 def new(
     endpoint: Endpoint, request: str, language: str, sampling: Sampling, mode: Mode, repair: bool
 ) -> Iterator[Update | Answer]:
-    """A whole file from a request, as a chat completion. Asks for whole texts (`diffusing`) and,
-    from a dcode server, its frames and its own repair; a server that refuses those extension
-    fields (400) is asked again without them."""
+    """A whole file from a request, as a chat completion. Asks for whole texts (`diffusing`), the
+    usage chunk and, from a dcode server, its frames and its own repair; a server that refuses
+    those fields (400, as OpenAI's own API does) is asked again without them."""
     model = model_of(endpoint)
     messages = [
         {"role": "system", "content": SYSTEM_NEW.format(language=language)},
@@ -114,14 +114,15 @@ def new(
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True, **sampling.fields()}
     extended = mode != "append"
     if extended:
-        body |= {"diffusing": True, "dcode": {"language": language, "repair": repair}}
+        extension = {"language": language, "repair": repair}
+        body |= {"diffusing": True, "dcode": extension, "stream_options": {"include_usage": True}}
     diffusing = extended and endpoint.inception
     try:
         yield from answer(endpoint, "/chat/completions", body, mode, language, diffusing)
     except RemoteError as error:
         if not (extended and error.status == 400):
             raise
-        plain = {k: v for k, v in body.items() if k not in ("diffusing", "dcode")}
+        plain = {k: v for k, v in body.items() if k not in ("diffusing", "dcode", "stream_options")}
         yield from answer(endpoint, "/chat/completions", plain, mode, language)
 
 
