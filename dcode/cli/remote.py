@@ -244,7 +244,7 @@ def run_edit(params: Mapping[str, Any]) -> None:
 
     # 2) one fill through the endpoint; FILE is not touched meanwhile
     old = source.encode()[region[0] : region[1]].decode()
-    ask = sampling(params, params["length"] or fill_budget(old))
+    ask = sampling(params, params["length"] or fill_budget(old, 32))
     rounds = params["repair_rounds"] if params["repair"] else 0
     edited = run(
         endpoint,

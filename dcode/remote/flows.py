@@ -185,9 +185,11 @@ def filled(
     yield answer
 
 
-def fill_budget(old: str, least: int = 64) -> int:
-    """max_tokens for a span's fill: about twice its tokens (a token is 3-4 bytes of code)."""
-    return max(least, len(old.encode()) // 2 + 32)
+def fill_budget(old: str, room: int) -> int:
+    """max_tokens for a span's fill: its tokens (a token is 2-4 bytes of code) plus room to grow,
+    as a local repair (tokens + 25%) or edit (tokens + 50%, at least 16) gives its masks.
+    Example: fill_budget("    return w * h +", 16) -> 25."""
+    return len(old.encode()) // 2 + room
 
 
 def mend(
@@ -240,7 +242,7 @@ def mend(
             )
             texts = []
             for span in where:
-                budget = replace(run, max_tokens=fill_budget(data[span[0] : span[1]].decode()))
+                budget = replace(run, max_tokens=fill_budget(data[span[0] : span[1]].decode(), 16))
                 for event in filled(endpoint, clock, data, span, language, budget, name=name):
                     if isinstance(event, Answer):
                         texts.append(spans.fit_line_span(event.text, data[span[1] :]))
