@@ -695,3 +695,34 @@ def test_edit_json_has_the_local_keys_and_never_the_key(replay: Any, tmp_path: P
     )
     assert report["region"] == {"start_byte": 6, "end_byte": 12} and report["backup"] == f"{path}.orig"
     assert path.read_text() == "x = 1\ny = 22\n" and KEY not in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("dcode.serve") is None, reason="needs dcode serve (dcode.serve)"
+)
+def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) -> None:
+    """Against the real server (dcode-tiny behind `dcode serve`, a subprocess on a loopback port):
+    the same code as a local `dcode new` with the same greedy settings, read from dcode frames."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DCODE_", "OPENAI_"))}
+    env |= {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "dcode.cli", "serve", "--port", str(port), "--device", "cpu"]
+    served = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        for _ in range(240):
+            with socket.socket() as probe_socket:
+                if probe_socket.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert served.poll() is None, served.stderr.read() if served.stderr else ""
+            time.sleep(0.25)
+        args = ("new", "a function that adds two numbers", "--length", "32", "--no-repair", "--json")
+        remote = dcode(*args, "--endpoint", url)
+        local = dcode(*args, "--device", "cpu")
+    finally:
+        served.terminate()
+        served.wait(timeout=30)
+    assert remote.exit_code == 0 and local.exit_code == 0, remote.stderr + local.stderr
+    there, here = json.loads(remote.stdout), json.loads(local.stdout)
+    assert there["stream"] == "dcode" and there["model"] == "dcode-tiny"
+    assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
