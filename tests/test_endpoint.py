@@ -726,3 +726,23 @@ def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) 
     there, here = json.loads(remote.stdout), json.loads(local.stdout)
     assert there["stream"] == "dcode" and there["model"] == "dcode-tiny"
     assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
+
+
+def test_ctrl_c_mid_stream_exits_130_and_writes_nothing(replay: Any, tmp_path: Path) -> None:
+    import signal
+
+    server = replay(lambda seen: Reply(chunks=sse_chunks([chat_chunk("a")] * 50), delay=0.2))
+    out = tmp_path / "o.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DCODE_", "OPENAI_"))}
+    command = [sys.executable, "-m", "dcode.cli", "new", "x", "--endpoint", server.url, "--model", "m", "-o", str(out)]
+    running = subprocess.Popen(
+        command, env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not server.posts and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=30)
+    assert (running.returncode, stderr) == (130, "dcode: interrupted\n")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
