@@ -746,3 +746,33 @@ def test_ctrl_c_mid_stream_exits_130_and_writes_nothing(replay: Any, tmp_path: P
     _, stderr = running.communicate(timeout=30)
     assert (running.returncode, stderr) == (130, "dcode: interrupted\n")
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_chat_answers_fence_is_cut_but_a_files_own_fence_is_code() -> None:
+    assert fill.unfence("Sure, here it is:\n```python\nx = 1\n```\nIt sets x.") == "x = 1\n"
+    source = 'import re\n\n\ndef f():\n    """Example:\n\n```python\nf()\n```\n"""\n'
+    assert fill.unfence(source) == source
+
+
+def test_inception_is_asked_for_whole_texts_without_dcode_fields(replay: Any, monkeypatch: Any) -> None:
+    """Inception's host (here the replay server, standing in for it) streams whole texts when
+    asked: they are read as replacements without a marker in the chunks; the model defaults to
+    mercury-2, the dcode extension is never sent, and fills go to /v1/fim/completions."""
+    from dcode.remote import client
+
+    def script(seen: Seen) -> Reply:
+        if seen.path == "/v1/fim/completions":
+            return Reply(chunks=sse_chunks([text_chunk("    return w * h + 1")]))
+        return Reply(chunks=sse_chunks([chat_chunk(t) for t in MERCURY_TEXTS]))
+
+    server = replay(script)
+    monkeypatch.setattr(client, "INCEPTION_HOST", "127.0.0.1")
+    endpoint = Endpoint.parse(server.url)
+    assert endpoint.inception and fill.model_of(endpoint) == "mercury-2"
+    events = list(flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0))
+    assert events[-1].code == MERCURY_TEXTS[-1] and events[-1].answer.kind == "replace"
+    body = server.posts[0].body
+    assert body["diffusing"] is True and "dcode" not in body and body["model"] == "mercury-2"
+    fixed = list(flows.mend(endpoint, BROKEN, "python", fill.Sampling(32)))[-1]
+    assert fixed.code == BROKEN.replace(BROKEN_LINE, "    return w * h + 1")
+    assert server.posts[-1].path == "/v1/fim/completions" and server.posts[-1].body["model"] == "mercury-2"

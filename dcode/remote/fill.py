@@ -29,6 +29,7 @@ SYSTEM_FILL = (
     "which replaces them exactly: no explanations, no Markdown fences, nothing from outside the markers."
 )
 BEGIN, END = "<<<<<<< REWRITE", ">>>>>>> END"
+PROSE_LINES = 2  # lines a chat model writes before its fence
 FENCE = re.compile(r"^```[^\n`]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 # Line comments for the instruction of an edit sent as fill-in-the-middle (the prompt only; the
 # file's bytes are never changed by it). Languages not listed use "//".
@@ -63,9 +64,14 @@ def model_of(endpoint: Endpoint) -> str:
 
 
 def unfence(text: str) -> str:
-    """A chat answer's code: the inside of its first Markdown fence when it has one, else the text."""
+    """A chat answer's code: the inside of its first Markdown fence when at most PROSE_LINES lines
+    of prose come before it ("Here is the code:"), else the text as it is (a file whose docstring
+    holds a fenced example is code, not an answer wrapped in a fence).
+    Example: unfence("Sure:\n```python\nx = 1\n```\nIt sets x.") -> "x = 1\n"."""
     found = FENCE.search(text)
-    return found.group(1) if found else text
+    if found is None or text[: found.start()].count("\n") > PROSE_LINES:
+        return text
+    return found.group(1)
 
 
 def comment(language: str, text: str) -> str:
@@ -114,8 +120,9 @@ def new(
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True, **sampling.fields()}
     extended = mode != "append"
     if extended:
-        extension = {"language": language, "repair": repair}
-        body |= {"diffusing": True, "dcode": extension, "stream_options": {"include_usage": True}}
+        body |= {"diffusing": True, "stream_options": {"include_usage": True}}
+        if not endpoint.inception:  # a dcode server's own fields; Inception is not one
+            body["dcode"] = {"language": language, "repair": repair}
     diffusing = extended and endpoint.inception
     try:
         yield from answer(endpoint, "/chat/completions", body, mode, language, diffusing)

@@ -10,9 +10,9 @@ Knows nothing about argv, the environment or the terminal.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from dcode.fixes import confined, deleted, narrowest, progress, resembles
 from dcode.remote import fill, spans
@@ -369,7 +369,7 @@ def edit(
     )
 
 
-def describer(model: str, device: str, language: str) -> Any:
+def describer(model: str, device: str, language: str) -> Callable[[object, float], Frame | None]:
     """The live view's describe callable: an Update's frame; a final record's code, settled."""
     last: list[Frame] = []
 

@@ -114,8 +114,11 @@ def splice(data: bytes, spans: Sequence[tuple[int, int]], texts: Sequence[str]) 
 
 
 def fit_line_span(text: str, after: bytes) -> str:
-    """A fill for a span that stops before its last line's ending: no trailing line ending (the
-    one after the span is kept), no trailing spaces on its last line."""
+    """A fill for a span of whole lines that stops before its last line's ending: no blank lines
+    before it (its first line's indentation kept), and no line ending or trailing spaces after it
+    when the line ending after the span is kept.
+    Example: fit_line_span("\n    return 1\n", b"\nprint()") -> "    return 1"."""
+    text = re.sub(r"\A(?:[ \t]*\r?\n)+", "", text)
     return text.rstrip("\r\n \t") if after.startswith((b"\n", b"\r")) else text
 
 
