@@ -776,3 +776,18 @@ def test_inception_is_asked_for_whole_texts_without_dcode_fields(replay: Any, mo
     fixed = list(flows.mend(endpoint, BROKEN, "python", fill.Sampling(32)))[-1]
     assert fixed.code == BROKEN.replace(BROKEN_LINE, "    return w * h + 1")
     assert server.posts[-1].path == "/v1/fim/completions" and server.posts[-1].body["model"] == "mercury-2"
+
+
+def test_appended_deltas_split_mid_word_give_the_pieces_of_the_whole_text() -> None:
+    deltas = ["def ad", "d(a, b", "):\n    re", "turn a + b\n"]
+    chunks = [chat_chunk(d) for d in deltas]
+    frames = [
+        e.frame
+        for e in streams.read(chunks, "append", model="m", device="d", language="python")
+        if isinstance(e, Update)
+    ]
+    for k, frame in enumerate(frames, 1):
+        assert list(frame.pieces) == streams.pieces("".join(deltas[:k]))
+    assert "".join(frames[1].pieces[i] or "" for i in sorted(frames[1].committed)) == "add(a, b"  # "ad" went on
+    last = frames[3]
+    assert "".join(last.pieces[i] or "" for i in sorted(last.committed)) == "return a + b\n"  # "re" grew into "return"

@@ -25,6 +25,7 @@ from dcode.render import MASK, Frame
 Kind = Literal["replace", "append", "dcode"]
 Mode = Literal["auto", "replace", "append", "dcode"]
 STREAM_MODES: tuple[Mode, ...] = ("auto", "replace", "append", "dcode")
+MOST_DIFF = 250_000  # piece pairs difflib compares for one chunk's highlight (a few ms)
 PIECE = re.compile(r"\w+|\s|[^\w\s]")  # a word, one white-space character, or one symbol
 
 
@@ -58,9 +59,21 @@ def pieces(text: str, masks: bool = False) -> list[str | None]:
 
 
 def changed(old: list[str | None], new: list[str | None]) -> frozenset[int]:
-    """Offsets of new's pieces that differ from old (inserted or replaced), for the highlight."""
-    opcodes = SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
-    return frozenset(j for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert") for j in range(j1, j2))
+    """Offsets of new's pieces that differ from old, for the highlight: position by position when
+    the length held (a diffusion canvas), else the part between the common head and tail, diffed
+    with difflib while that is small (MOST_DIFF pairs) and marked whole beyond.
+    Example: changed(["a", "=", "1"], ["a", "=", "2"]) -> {2}."""
+    if len(old) == len(new):
+        return frozenset(i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b)
+    head = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    was, now = old[head : len(old) - tail], new[head : len(new) - tail]
+    if len(was) * len(now) > MOST_DIFF:
+        return frozenset(range(head, head + len(now)))
+    opcodes = SequenceMatcher(None, was, now, autojunk=False).get_opcodes()
+    return frozenset(head + j for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert") for j in range(j1, j2))
 
 
 def wire_frame(raw: Any) -> Frame:
@@ -127,7 +140,9 @@ def read(
     whole texts when asked (Inception's host). A dcode extension seen later switches to dcode frames.
     An empty answer is a RemoteError unless `empty_ok` (a fill may delete its span)."""
     began = time.perf_counter() if began is None else began
-    text, shown = "", []  # type: ignore[var-annotated]
+    text = ""
+    shown: list[str | None] = []  # the pieces drawn last
+    parts: list[str] = []  # an appended stream's deltas
     kind: Kind | None = None
     count = filled = 0
     usage: dict[str, Any] = {}
@@ -159,13 +174,23 @@ def read(
             continue
         count += 1
         first = elapsed if first is None else first
-        text = text + piece if kind == "append" else piece
-        now = pieces(text, masks=kind != "append")
-        fresh = frozenset(range(len(shown), len(now))) if kind == "append" else changed(shown, now)
+        if kind == "append":  # re-split only the last piece and the delta (a word may go on)
+            parts.append(piece)
+            start = max(len(shown) - 1, 0)
+            redo = pieces("".join(p or "" for p in shown[start:]) + piece)
+            kept = start + 1 if shown and redo and redo[0] == shown[-1] else start
+            fresh = frozenset(range(kept, start + len(redo)))
+            shown[start:] = redo
+        else:
+            text = piece
+            now = pieces(text, masks=True)
+            fresh = changed(shown, now)
+            shown = now
         filled += len(fresh)
-        shown = now
-        masked = sum(1 for p in now if p is None)
-        yield Update(Frame(tuple(now), fresh, frozenset(), model, device, count, masked, filled, elapsed, language))
+        masked = sum(1 for p in shown if p is None) if kind != "append" else 0
+        yield Update(Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language))
+    if kind == "append":
+        text = "".join(parts)
     if not empty_ok and (kind is None or not text.strip()):
         raise RemoteError("the server returned an empty answer")
     tokens = int(usage.get("completion_tokens") or metadata.get("tokens") or len(pieces(text)))
