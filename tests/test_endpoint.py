@@ -791,3 +791,11 @@ def test_appended_deltas_split_mid_word_give_the_pieces_of_the_whole_text() -> N
     assert "".join(frames[1].pieces[i] or "" for i in sorted(frames[1].committed)) == "add(a, b"  # "ad" went on
     last = frames[3]
     assert "".join(last.pieces[i] or "" for i in sorted(last.committed)) == "return a + b\n"  # "re" grew into "return"
+
+
+def test_the_kind_is_read_from_content_not_from_a_role_chunk() -> None:
+    """A role-only first chunk (as OpenAI-style servers send) does not fix the kind as appended;
+    the whole texts after it, marked `diffusing`, are read as replacements."""
+    chunks = [chat_chunk(None), *[chat_chunk(t, diffusing=True) for t in MERCURY_TEXTS]]
+    *_, answer = streams.read(chunks, "auto", model="m", device="d", language="python")
+    assert isinstance(answer, Answer) and (answer.kind, answer.text, answer.chunks) == ("replace", MERCURY_TEXTS[-1], 2)

@@ -155,10 +155,11 @@ def read(
         choices = chunk.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             finish = choices[0].get("finish_reason") or finish
-        found = kind_of(chunk, mode, diffusing)
-        kind = found if kind is None or (mode == "auto" and found == "dcode") else kind
         extension = chunk.get("dcode") if isinstance(chunk.get("dcode"), dict) else {}
         piece = content(chunk)
+        if piece or extension:  # a role or usage chunk says nothing of the kind
+            found = kind_of(chunk, mode, diffusing)
+            kind = found if kind is None or found != "append" else kind  # a later marker wins
         elapsed = time.perf_counter() - began
         if kind == "dcode" and extension:
             event = extension.get("event")
