@@ -185,7 +185,7 @@ def run_repair(params: Mapping[str, Any]) -> None:
         fail(f"{file} is empty: nothing to repair", USAGE)
     target = None if params["diff"] else output_target(params["output"], params["force"])
     endpoint = connect(params)
-    ask = sampling(params, 64)
+    ask = sampling(params, 64)  # max_tokens is set per span, from its size (flows.fill_budget)
     done = run(
         endpoint,
         params,
