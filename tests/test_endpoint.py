@@ -799,3 +799,13 @@ def test_the_kind_is_read_from_content_not_from_a_role_chunk() -> None:
     chunks = [chat_chunk(None), *[chat_chunk(t, diffusing=True) for t in MERCURY_TEXTS]]
     *_, answer = streams.read(chunks, "auto", model="m", device="d", language="python")
     assert isinstance(answer, Answer) and (answer.kind, answer.text, answer.chunks) == ("replace", MERCURY_TEXTS[-1], 2)
+
+
+def test_sampler_options_the_user_set_travel_to_a_dcode_server(replay: Any) -> None:
+    server = replay(dcode_server)
+    args = ("new", "f", "--endpoint", server.url, "--model", "m", "--no-repair", "-q", "--strategy", "schedule")
+    done = dcode(*args, "--steps", "8", "--temperature", "0.5", env={"DCODE_BLOCK": "16"})
+    assert done.exit_code == 0, done.stderr
+    body = server.posts[0].body
+    assert body["dcode"] == {"rule": "schedule", "steps": 8, "block": 16, "language": "python", "repair": False}
+    assert body["temperature"] == 0.5 and body["max_tokens"] == 256 and body["seed"] == 0

@@ -99,7 +99,7 @@ def repair_command(
     if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
         from dcode.cli import remote
 
-        return remote.run_repair(ctx.params)
+        return remote.run_repair(ctx)
     import json
 
     from dcode import pipeline

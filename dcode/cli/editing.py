@@ -114,7 +114,7 @@ def edit_command(
     if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
         from dcode.cli import remote
 
-        return remote.run_edit(ctx.params)
+        return remote.run_edit(ctx)
     import json
 
     from dcode.edit import RegionError, describe, select, unified_diff, write_in_place

@@ -97,7 +97,7 @@ def new(
     if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
         from dcode.cli import remote
 
-        return remote.run_new(ctx.params)
+        return remote.run_new(ctx)
     from dcode.files import atomic_write
 
     # 1) validate everything that needs no model, so bad input costs nothing

@@ -120,6 +120,16 @@ def sampling(params: Mapping[str, Any], max_tokens: int) -> Any:
     return Sampling(max_tokens, params.get("temperature", 0.0), params.get("top_p", 1.0), params.get("seed", 0))
 
 
+def explicit(ctx: typer.Context) -> dict[str, Any]:
+    """The sampler options the user set (by flag or DCODE_* variable), by SamplerConfig field: a
+    dcode server runs them (its `dcode` request field); other servers ignore them. Temperature,
+    top-p and seed travel in the standard fields."""
+    from dcode.cli import SAMPLER_OPTIONS, explicit_sampler_fields
+
+    chosen = explicit_sampler_fields(ctx) - {"temperature", "top_p", "seed"}
+    return {field: ctx.params[name] for name, field in SAMPLER_OPTIONS.items() if field in chosen}
+
+
 def shown_model(endpoint: Endpoint) -> str:
     return f"{endpoint.model} at {endpoint.host}"
 
@@ -128,8 +138,9 @@ def shown_model(endpoint: Endpoint) -> str:
 # The commands
 
 
-def run_new(params: Mapping[str, Any]) -> None:
+def run_new(ctx: typer.Context) -> None:
     """`dcode new --endpoint`: validate, generate remotely, deliver as a local run does."""
+    params = ctx.params
     from dcode.files import atomic_write
     from dcode.remote import flows
 
@@ -148,7 +159,7 @@ def run_new(params: Mapping[str, Any]) -> None:
     done = run(
         endpoint,
         params,
-        lambda: flows.new(endpoint, text, language, ask, mode, rounds, params["repair_tries"]),
+        lambda: flows.new(endpoint, text, language, ask, mode, rounds, params["repair_tries"], explicit(ctx)),
         language,
     )
     assert isinstance(done, flows.Generated)
@@ -173,8 +184,9 @@ def run_new(params: Mapping[str, Any]) -> None:
         raise typer.Exit(SYNTAX)
 
 
-def run_repair(params: Mapping[str, Any]) -> None:
+def run_repair(ctx: typer.Context) -> None:
     """`dcode repair --endpoint`: each broken span filled through the endpoint; bytes outside kept."""
+    params = ctx.params
     from dcode.edit import unified_diff
     from dcode.files import atomic_write
     from dcode.remote import flows
@@ -213,8 +225,9 @@ def run_repair(params: Mapping[str, Any]) -> None:
     raise typer.Exit(SYNTAX if done.issues_after else 0)
 
 
-def run_edit(params: Mapping[str, Any]) -> None:
+def run_edit(ctx: typer.Context) -> None:
     """`dcode edit --endpoint`: the region as one fill through the endpoint; delivered as locally."""
+    params = ctx.params
     from dcode.edit import RegionError, select
     from dcode.files import FileProblem, check_writable
     from dcode.remote import flows

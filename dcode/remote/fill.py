@@ -107,7 +107,13 @@ def answer(
 
 
 def new(
-    endpoint: Endpoint, request: str, language: str, sampling: Sampling, mode: Mode, repair: bool
+    endpoint: Endpoint,
+    request: str,
+    language: str,
+    sampling: Sampling,
+    mode: Mode,
+    repair: bool,
+    settings: dict[str, Any] | None = None,
 ) -> Iterator[Update | Answer]:
     """A whole file from a request, as a chat completion. Asks for whole texts (`diffusing`), the
     usage chunk and, from a dcode server, its frames and its own repair; a server that refuses
@@ -122,7 +128,7 @@ def new(
     if extended:
         body |= {"diffusing": True, "stream_options": {"include_usage": True}}
         if not endpoint.inception:  # a dcode server's own fields; Inception is not one
-            body["dcode"] = {"language": language, "repair": repair}
+            body["dcode"] = {**(settings or {}), "language": language, "repair": repair}
     diffusing = extended and endpoint.inception
     try:
         yield from answer(endpoint, "/chat/completions", body, mode, language, diffusing)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from dcode.fixes import confined, deleted, narrowest, progress, resembles
 from dcode.remote import fill, spans
@@ -281,13 +281,21 @@ def mend(
 
 
 def new(
-    endpoint: Endpoint, request: str, language: str, sampling: Sampling, mode: Mode, rounds: int = 3, tries: int = 2
+    endpoint: Endpoint,
+    request: str,
+    language: str,
+    sampling: Sampling,
+    mode: Mode,
+    rounds: int = 3,
+    tries: int = 2,
+    settings: dict[str, Any] | None = None,
 ) -> Iterator[Update | Generated]:
     """A whole file from a request; checked and, where it does not parse, repaired span by span
-    (unless a dcode server already repaired it, as its metadata says)."""
+    (unless a dcode server already repaired it, as its metadata says). `settings`: sampler
+    options for a dcode server (its `dcode` request field)."""
     clock = Clock()
     answer: Answer | None = None
-    for event in fill.new(endpoint, request, language, sampling, mode, repair=rounds > 0):
+    for event in fill.new(endpoint, request, language, sampling, mode, rounds > 0, settings or {}):
         if isinstance(event, Answer):
             answer = event
         else:
