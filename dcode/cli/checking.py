@@ -29,6 +29,7 @@ from dcode.cli import (
     sampler_config,
     view_mode,
 )
+from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.config import REPAIR_FILE_TRIES
 
 
@@ -89,8 +90,16 @@ def repair_command(
     live: LiveOption = None,
     exit_when_done: ExitWhenDoneOption = False,
     quiet: QuietOption = False,
+    endpoint: EndpointOption = None,
+    api_key: ApiKeyOption = None,
+    stream_mode: StreamModeOption = "auto",
+    timeout: TimeoutOption = 60.0,
 ) -> None:
     """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
+    if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
+        from dcode.cli import remote
+
+        return remote.run_repair(ctx)
     import json
 
     from dcode import pipeline

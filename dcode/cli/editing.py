@@ -45,6 +45,7 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.config import REPAIR_TRIES
 
 
@@ -102,10 +103,18 @@ def edit_command(
     live: LiveOption = None,
     exit_when_done: ExitWhenDoneOption = False,
     quiet: QuietOption = False,
+    endpoint: EndpointOption = None,
+    api_key: ApiKeyOption = None,
+    stream_mode: StreamModeOption = "auto",
+    timeout: TimeoutOption = 60.0,
 ) -> None:
     """Change FILE as an instruction asks: the whole file, --lines A-B or --symbol NAME is
     regenerated and every other byte is kept. In place (backup FILE.orig) unless --diff, --dry-run
     or -o. Exit 0 done, 3 the edit broke the syntax (nothing written if FILE parsed before)."""
+    if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
+        from dcode.cli import remote
+
+        return remote.run_edit(ctx)
     import json
 
     from dcode.edit import RegionError, describe, select, unified_diff, write_in_place

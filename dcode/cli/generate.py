@@ -44,6 +44,7 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.config import REPAIR_TRIES
 
 
@@ -87,8 +88,16 @@ def new(
     live: LiveOption = None,
     exit_when_done: ExitWhenDoneOption = False,
     quiet: QuietOption = False,
+    endpoint: EndpointOption = None,
+    api_key: ApiKeyOption = None,
+    stream_mode: StreamModeOption = "auto",
+    timeout: TimeoutOption = 60.0,
 ) -> None:
     """Write a new file from a request."""
+    if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
+        from dcode.cli import remote
+
+        return remote.run_new(ctx)
     from dcode.files import atomic_write
 
     # 1) validate everything that needs no model, so bad input costs nothing

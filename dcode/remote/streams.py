@@ -1,0 +1,208 @@
+"""A served model's stream, read as the live view draws it: whole-text replacements (Mercury 2 with
+`"diffusing": true`), appended deltas (SGLang's finished blocks, vLLM, OpenAI) or dcode frames
+(the `dcode` extension of a dcode server, see docs of `dcode serve`), each chunk becoming a
+dcode.render.Frame.
+
+Owns: detecting a stream's kind (or taking the one --stream-mode forces), splitting text into the
+pieces a Frame shows (words, single spaces and symbols standing in for tokens, which a remote text
+does not have), what changed since the last chunk, and the wire frame of a dcode server. Knows
+nothing about HTTP, files or the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any, Literal
+
+from dcode.remote.client import RemoteError
+from dcode.remote.sse import MalformedStream
+from dcode.render import MASK, Frame
+
+Kind = Literal["replace", "append", "dcode"]
+Mode = Literal["auto", "replace", "append", "dcode"]
+STREAM_MODES: tuple[Mode, ...] = ("auto", "replace", "append", "dcode")
+MOST_DIFF = 250_000  # piece pairs difflib compares for one chunk's highlight (a few ms)
+PIECE = re.compile(r"\w+|\s|[^\w\s]")  # a word, one white-space character, or one symbol
+
+
+@dataclass(frozen=True)
+class Update:
+    """One chunk as the live view draws it."""
+
+    frame: Frame
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole streamed answer."""
+
+    text: str  # the final text (for a dcode stream, the `finished` event's code)
+    kind: Kind  # how the stream was read
+    chunks: int  # content chunks: "passes" of the live view and the summary line
+    tokens: int  # completion tokens (the server's usage, else the pieces of the text)
+    prompt_tokens: int  # from the server's usage (0 when it sent none)
+    seconds: float
+    finish_reason: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)  # a dcode server's `finished` metadata
+    first_frame: float | None = None  # seconds until the first content chunk
+
+
+def pieces(text: str, masks: bool = False) -> list[str | None]:
+    """The text as a Frame's pieces; with masks, MASK characters are masked positions (None).
+    Example: pieces("def f(·") -> ["def", " ", "f", "(", "·"]; with masks=True the last is None."""
+    found: list[str | None] = list(PIECE.findall(text))
+    return [None if masks and p == MASK else p for p in found]
+
+
+def changed(old: list[str | None], new: list[str | None]) -> frozenset[int]:
+    """Offsets of new's pieces that differ from old, for the highlight: position by position when
+    the length held (a diffusion canvas), else the part between the common head and tail, diffed
+    with difflib while that is small (MOST_DIFF pairs) and marked whole beyond.
+    Example: changed(["a", "=", "1"], ["a", "=", "2"]) -> {2}."""
+    if len(old) == len(new):
+        return frozenset(i for i, (a, b) in enumerate(zip(old, new, strict=True)) if a != b)
+    head = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    was, now = old[head : len(old) - tail], new[head : len(new) - tail]
+    if len(was) * len(now) > MOST_DIFF:
+        return frozenset(range(head, head + len(now)))
+    opcodes = SequenceMatcher(None, was, now, autojunk=False).get_opcodes()
+    return frozenset(head + j for tag, _, _, j1, j2 in opcodes if tag in ("replace", "insert") for j in range(j1, j2))
+
+
+def wire_frame(raw: Any) -> Frame:
+    """A dcode server's `frame` object as the Frame a local Describer builds."""
+    try:
+        return Frame(
+            pieces=tuple(None if p is None else str(p) for p in raw["pieces"]),
+            committed=frozenset(int(i) for i in raw["committed"]),
+            remasked=frozenset(int(i) for i in raw.get("remasked", ())),
+            model=str(raw.get("model", "")),
+            device=str(raw.get("device", "")),
+            forward=int(raw["forward"]),
+            masked=int(raw["masked"]),
+            filled=int(raw["filled"]),
+            elapsed=float(raw["elapsed"]),
+            language=str(raw.get("language", "python")),
+            settled=bool(raw.get("settled", False)),
+            repair_round=int(raw.get("repair_round", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise MalformedStream(f"a dcode frame lacks or mistypes {error}") from None
+
+
+def content(chunk: dict[str, Any]) -> str | None:
+    """A chunk's text: chat delta, completion text, or a whole (non-streamed) message."""
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    for holder, key in ((choice.get("delta"), "content"), (choice, "text"), (choice.get("message"), "content")):
+        if isinstance(holder, dict) and isinstance(holder.get(key), str):
+            return str(holder[key])
+    return None
+
+
+def kind_of(chunk: dict[str, Any], mode: Mode, diffusing: bool) -> Kind:
+    """A stream's kind from one chunk: what --stream-mode forces; else dcode frames when the chunk
+    carries the `dcode` extension; whole texts when it says `diffusing` (or we asked Inception's
+    host for them, `diffusing`), or when it is a whole non-streamed message; else appended deltas."""
+    if mode != "auto":
+        return mode
+    if isinstance(chunk.get("dcode"), dict):
+        return "dcode"
+    choices = chunk.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    delta = first["delta"] if isinstance(first.get("delta"), dict) else {}
+    if diffusing or chunk.get("diffusing") is True or delta.get("diffusing") is True or "message" in first:
+        return "replace"
+    return "append"
+
+
+def read(
+    chunks: Iterable[dict[str, Any]],
+    mode: Mode,
+    *,
+    model: str,
+    device: str,
+    language: str,
+    diffusing: bool = False,
+    empty_ok: bool = False,
+    began: float | None = None,
+) -> Iterator[Update | Answer]:
+    """An Update per content chunk, then the Answer. `diffusing`: the server is known to send
+    whole texts when asked (Inception's host). A dcode extension seen later switches to dcode frames.
+    An empty answer is a RemoteError unless `empty_ok` (a fill may delete its span)."""
+    began = time.perf_counter() if began is None else began
+    text = ""
+    shown: list[str | None] = []  # the pieces drawn last
+    parts: list[str] = []  # an appended stream's deltas
+    kind: Kind | None = None
+    count = filled = 0
+    usage: dict[str, Any] = {}
+    finish: str | None = None
+    metadata: dict[str, Any] = {}
+    first: float | None = None
+    for chunk in chunks:
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            finish = choices[0].get("finish_reason") or finish
+        extension = chunk.get("dcode") if isinstance(chunk.get("dcode"), dict) else {}
+        piece = content(chunk)
+        if piece or extension:  # a role or usage chunk says nothing of the kind
+            found = kind_of(chunk, mode, diffusing)
+            kind = found if kind is None or found != "append" else kind  # a later marker wins
+        elapsed = time.perf_counter() - began
+        if kind == "dcode" and extension:
+            event = extension.get("event")
+            if event == "frame":
+                count += 1
+                first = elapsed if first is None else first
+                yield Update(wire_frame(extension.get("frame")))
+            elif event == "finished":
+                text = str(extension.get("code", piece or ""))
+                metadata = extension["metadata"] if isinstance(extension.get("metadata"), dict) else {}
+            continue
+        if piece is None or (kind == "append" and not piece):
+            continue
+        count += 1
+        first = elapsed if first is None else first
+        if kind == "append":  # re-split only the last piece and the delta (a word may go on)
+            parts.append(piece)
+            start = max(len(shown) - 1, 0)
+            redo = pieces("".join(p or "" for p in shown[start:]) + piece)
+            kept = start + 1 if shown and redo and redo[0] == shown[-1] else start
+            fresh = frozenset(range(kept, start + len(redo)))
+            shown[start:] = redo
+        else:
+            text = piece
+            now = pieces(text, masks=True)
+            fresh = changed(shown, now)
+            shown = now
+        filled += len(fresh)
+        masked = sum(1 for p in shown if p is None) if kind != "append" else 0
+        yield Update(Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language))
+    if kind == "append":
+        text = "".join(parts)
+    if not empty_ok and (kind is None or not text.strip()):
+        raise RemoteError("the server returned an empty answer")
+    tokens = int(usage.get("completion_tokens") or metadata.get("tokens") or len(pieces(text)))
+    yield Answer(
+        text=text,
+        kind=kind or "append",
+        chunks=int(metadata.get("forward_passes") or count),
+        tokens=tokens,
+        prompt_tokens=int(usage.get("prompt_tokens") or metadata.get("prompt_tokens") or 0),
+        seconds=time.perf_counter() - began,
+        finish_reason=finish,
+        metadata=metadata,
+        first_frame=first,
+    )
