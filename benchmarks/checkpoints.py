@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
 from sampling import run  # noqa: E402
 
 from dcode.bench import python_prompts  # noqa: E402
-from dcode.config import SamplerConfig  # noqa: E402
-from dcode.models import as_dcode_new_runs, load  # noqa: E402
+from dcode.config import SamplerConfig, merge_family_defaults  # noqa: E402
+from dcode.models import load  # noqa: E402
 from dcode.train import distill  # noqa: E402
 from dcode.train.data import Examples  # noqa: E402
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
         model = load(name)
         for fields in decodes:
             # what `dcode new` runs with these options
-            config = as_dcode_new_runs(SamplerConfig(**fields), fields, model.facts.defaults)
+            config = merge_family_defaults(SamplerConfig(**fields), fields, model.facts.defaults)
             row = f"{name} {json.dumps(fields)}" if fields else name
             results[row] = {label: run(model, prompts, args.length, config) for label, prompts in sets.items()}
     counts = ", ".join(f"{len(p)} {label}" for label, p in sets.items())

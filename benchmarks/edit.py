@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.config import SamplerConfig
+from dcode.config import SamplerConfig, merge_family_defaults
 from dcode.edit import find_symbol, find_symbols
-from dcode.models import as_dcode_new_runs, load
+from dcode.models import load
 from dcode.syntax import find_issues
 
 INSTRUCTION = "add a docstring and handle empty input"
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    config = as_dcode_new_runs(SamplerConfig(), (), model.facts.defaults)  # what `dcode edit` runs without options
+    config = merge_family_defaults(SamplerConfig(), (), model.facts.defaults)  # what `dcode edit` runs without options
     rows = []
     for path, source, symbol in candidates(model, args.files):
         region = find_symbol(source, "python", symbol)

@@ -29,7 +29,6 @@ def main() -> None:
     describe = Describer(
         model.tokenizer,
         facts.mask_id,
-        length=length,
         model=facts.name,
         device="cpu",
         language="python",

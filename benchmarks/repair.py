@@ -26,8 +26,8 @@ from pathlib import Path
 
 from dcode import pipeline
 from dcode.bench import python_prompts
-from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
-from dcode.models import as_dcode_new_runs, load
+from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig, merge_family_defaults
+from dcode.models import load
 from dcode.repair import Repaired
 from dcode.syntax import find_issues, is_real_code
 
@@ -185,7 +185,9 @@ def main() -> None:
     # what `dcode new --seed N` runs with no other options than --decode's
     fields = json.loads(args.decode)
     configs = [
-        as_dcode_new_runs(SamplerConfig(**{**fields, "seed": args.seed + k}), {*fields, "seed"}, model.facts.defaults)
+        merge_family_defaults(
+            SamplerConfig(**{**fields, "seed": args.seed + k}), {*fields, "seed"}, model.facts.defaults
+        )
         for k in range(args.seeds)
     ]
     prompts = python_prompts(args.prompt_file)[: args.prompts or None]

@@ -28,8 +28,8 @@ import torch
 
 from dcode import pipeline
 from dcode.bench import python_prompts
-from dcode.config import SamplerConfig
-from dcode.models import as_dcode_new_runs, load, qwen2, resolve
+from dcode.config import SamplerConfig, merge_family_defaults
+from dcode.models import load, qwen2, resolve
 from dcode.sampler import Step
 from dcode.syntax import is_real_code
 
@@ -140,7 +140,7 @@ def main() -> None:
         for value in filter(None, (t.strip() for t in values.split(","))):
             number = int(value) if field == "draft" else float(value)
             settings[f"{label}-{number:g}"] = {"rule": rule, field: number}
-    configs = {name: as_dcode_new_runs(SamplerConfig(**f), f, model.facts.defaults) for name, f in settings.items()}  # type: ignore[arg-type]
+    configs = {name: merge_family_defaults(SamplerConfig(**f), f, model.facts.defaults) for name, f in settings.items()}  # type: ignore[arg-type]
     if args.unheld:
         adaptive = [name for name, config in configs.items() if config.rule in ("threshold", "entropy-bound")]
         configs |= {f"{name}-unheld": replace(configs[name], hold_conflicts=False) for name in adaptive}
