@@ -123,7 +123,14 @@ DEVICE_OPTION = Option("device", "--device", "DCODE_DEVICE", "auto, cpu, cuda or
 MODEL: tuple[Option, ...] = (MODEL_OPTION, DEVICE_OPTION)
 
 LIVE_OPTION = Option(
-    "live", "--live/--no-live", "DCODE_LIVE", "Live view (default: on a terminal).", bool, None, optional=True
+    "live",
+    "--live/--no-live",
+    "DCODE_LIVE",
+    "Live view (default: on a terminal).",
+    bool,
+    None,
+    optional=True,
+    shown="on a terminal",
 )
 EXIT_WHEN_DONE_OPTION = Option(
     "exit_when_done", "--exit-when-done", "DCODE_EXIT_WHEN_DONE", "Close the live view when finished.", bool, False
