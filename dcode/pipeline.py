@@ -79,8 +79,8 @@ def new(
     repair_rounds: int = 3,
     repair_tries: int = REPAIR_TRIES,
 ) -> Iterator[Started | Step | RepairRound | Finished]:
-    """Generate a whole file for `request`: the draft's steps, the repair pass's steps and rounds
-    (syntax is checked even with 0 rounds), then Finished."""
+    """Generate a whole file for `request`: the draft's Started and steps, the repair pass's tries
+    (Started, steps, RepairRound; syntax is checked even with 0 rounds), then Finished."""
     if not request.strip():
         raise InputError("the prompt is empty")
     ids = prompt_ids(model, request, language)
@@ -126,7 +126,7 @@ def repair_file(
     rounds: int,
     tries: int = REPAIR_TRIES,
 ) -> Iterator[Started | Step | RepairRound | Repaired]:
-    """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired."""
+    """Repair an existing file: the request names the file; repair's tries, then Repaired."""
     ids = prompt_ids(model, f"the {language} file {name}", language)
     code_tokens = len(model.tokenizer.encode(source, add_special_tokens=False))
     if len(ids) + code_tokens > model.facts.max_length:
@@ -194,7 +194,7 @@ def edit(
     repair_tries: int = REPAIR_TRIES,
 ) -> Iterator[Started | Step | RepairRound | Edited]:
     """Rewrite the byte span `region` of source (whole lines) as `instruction` asks. Yields the
-    draft's steps, the repair pass's steps and rounds when the edit broke the syntax, then Edited.
+    draft's Started and steps, the repair pass's tries when the edit broke the syntax, then Edited.
 
     The canvas is prompt + text before the region + masks + text after it, so the model sees the
     code on both sides (a block-causal model such as dcode-tiny only uses what comes before).

@@ -64,8 +64,8 @@ class Frame:
 
 
 def _ints(values: Any) -> list[int]:
-    """A tensor (via .tolist()) or any iterable of ints, as a list of ints."""
-    if hasattr(values, "tolist"):
+    """A sequence of ints, or a tensor (read with .tolist(), so this module needs no torch), as a list of ints."""
+    if not isinstance(values, Sequence | int):
         values = values.tolist()
     if isinstance(values, int):
         return [values]

@@ -633,7 +633,7 @@ class TestCommand:
     @pytest.fixture
     def scripted(self, tokenizer, monkeypatch: pytest.MonkeyPatch):
         """Make the command load a ScriptedDenoiser: call it with the scripts (and options)."""
-        from dcode import cli
+        from dcode.cli import common as cli  # where run_model finds load_model
 
         made: list[ScriptedDenoiser] = []
 
