@@ -1,6 +1,6 @@
 """Which weights (and decoding) to ship: model folders compared on requests nobody tunes on.
 
-    python benchmarks/checkpoints.py dcode/assets/dcode-tiny /tmp/candidate --prompts 100
+    python benchmarks/checkpoints.py dcode-tiny .train/distilled --prompts 100
     python benchmarks/checkpoints.py dcode-tiny --decode '{}' --decode '{"entropy_bound": 1.0}'
 
 The public prompt set (benchmarks/prompts.jsonl) is what the issues measure, so choosing by it
@@ -8,30 +8,27 @@ would tune to it. This script uses two other sets: requests drawn from the train
 validation split (held-out files, never trained on; each unit's prompt as the training data
 phrased it, docstring-style), and the 60 user-style requests of benchmarks/dev_prompts.jsonl
 (written for choosing; none is an eval prompt). Every model runs the same requests through `dcode
-new`'s pipeline with its own defaults (or those plus each --decode) and no repair; it reports
-tokens per pass, real code (at least two non-blank lines that compile()) and key words, as
-benchmarks/sampling.py does.
+new`'s pipeline with its own defaults (or those plus each --decode) and no repair, scored by
+dcode.bench's metrics as benchmarks/sampling.py is: tokens per pass, real code, key words.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
-
-from sampling import run  # noqa: E402
-
-from dcode.bench import python_prompts  # noqa: E402
-from dcode.config import SamplerConfig, merge_family_defaults  # noqa: E402
-from dcode.models import load  # noqa: E402
-from dcode.train import distill  # noqa: E402
-from dcode.train.data import Examples  # noqa: E402
+from dcode.bench import custom, provenance, python_prompts, with_family
+from dcode.bench.answers import answer
+from dcode.bench.report import provenance_markdown
+from dcode.models import load, resolve
+from dcode.train import distill
+from dcode.train.data import Examples
 
 DEV = Path(__file__).with_name("dev_prompts.jsonl")
 
@@ -62,6 +59,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
         help="sampler fields over the model's defaults, as JSON, e.g. '{\"entropy_bound\": 1.0}' (repeatable)",
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the table, headed by how it was made")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -71,23 +69,37 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, dict[str, float]]
     for name in args.models:
         model = load(name)
         for fields in decodes:
-            # what `dcode new` runs with these options
-            config = merge_family_defaults(SamplerConfig(**fields), fields, model.facts.defaults)
             row = f"{name} {json.dumps(fields)}" if fields else name
-            results[row] = {label: run(model, prompts, args.length, config) for label, prompts in sets.items()}
+            config = with_family(custom(row, fields), model.facts.defaults)  # what `dcode new` runs with them
+            results[row] = {label: answer(model, prompts, args.length, config) for label, prompts in sets.items()}
     counts = ", ".join(f"{len(p)} {label}" for label, p in sets.items())
-    print(f"requests: {counts} (from {args.data} and {DEV.name}), canvas {args.length}, no repair")
-    head = "".join(f"{label + ': TPF':>18}{'real':>7}{'words':>7}" for label in sets)
-    print(f"{'model, decoding':<56}{head}")
-    for row, by_set in results.items():
-        cells = "".join(
-            f"{r['tokens_per_forward']:>18.2f}{r['real_code_rate']:>7.0%}{r['key_words_rate']:>7.0%}"
-            for r in by_set.values()
-        )
-        print(f"{row:<56}{cells}")
+    markdown = f"requests: {counts} (from {args.data} and {DEV.name}), canvas {args.length}, no repair\n\n"
+    markdown += table(results, list(sets))
+    print(markdown, end="")
+    command = shlex.join(["python", "benchmarks/checkpoints.py", *(sys.argv[1:] if argv is None else argv)])
+    measured = provenance(command, resolve(args.models[0])[0])  # the first model's weights
+    if args.markdown:
+        args.markdown.write_text(provenance_markdown(measured) + "\n" + markdown)
     if args.json:
-        args.json.write_text(json.dumps({"requests": sets, "results": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"provenance": measured, "requests": sets, "results": results}, indent=2) + "\n"
+        )
     return results
+
+
+def table(results: dict[str, dict[str, dict[str, float]]], sets: list[str]) -> str:
+    """Markdown: one row per model and decoding, tokens per pass / real code / key words per request set."""
+    head = ["model, decoding"] + [
+        f"{label}: {what}" for label in sets for what in ("tokens/pass", "real code", "key words")
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row, by_set in results.items():
+        cells = [
+            f"{r['tokens_per_forward']:.2f} | {r['real_code_rate']:.0%} | {r['key_words_rate']:.0%}"
+            for r in by_set.values()
+        ]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

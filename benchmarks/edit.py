@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import sysconfig
 import time
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.config import SamplerConfig, merge_family_defaults
+from dcode.bench import REGISTRY, provenance, with_family
 from dcode.edit import find_symbol, find_symbols
-from dcode.models import load
+from dcode.events import Edited, drain
+from dcode.models import load, resolve
 from dcode.syntax import find_issues
 
 INSTRUCTION = "add a docstring and handle empty input"
@@ -54,13 +57,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     model = load(args.model)
-    config = merge_family_defaults(SamplerConfig(), (), model.facts.defaults)  # what `dcode edit` runs without options
+    config = with_family(REGISTRY["model-defaults"], model.facts.defaults)  # what `dcode edit` runs without options
     rows = []
     for path, source, symbol in candidates(model, args.files):
         region = find_symbol(source, "python", symbol)
         began = time.perf_counter()
         events = pipeline.edit(model, source, region, INSTRUCTION, "python", config, name=path.name)
-        done = next(e for e in events if isinstance(e, pipeline.Edited))
+        done = drain(events, result=Edited)
         seconds = time.perf_counter() - began
         old, new = source.encode(), done.code.encode()
         (a, b), (c, d) = done.region, done.new_region
@@ -79,6 +82,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     n = max(1, len(rows))
     summary = {
+        "provenance": provenance(shlex.join(["python", "benchmarks/edit.py", *sys.argv[1:]]), resolve(args.model)[0]),
         "model": model.facts.name,
         "edits": len(rows),
         "parse_rate": sum(r["parses"] for r in rows) / n,

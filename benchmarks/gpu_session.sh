@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Everything a lent GPU is for, in one device call of about 9 minutes (the lease is 15 minutes in all,
-# the machine's start included):
+# Everything a CUDA GPU is for, in one run of about 9 minutes on a machine that has one:
 #
 #   1. dcode-tiny trained further in block diffusion (benchmarks/gpu_train.sh, from INIT), and side by
 #      side on the same GPU the autoregressive yardstick from scratch to token milestones
@@ -9,19 +8,21 @@
 #      benchmarks/gpu_check.sh's random ~100M checkpoints of every family, for at most CHECK_BUDGET
 #      seconds and never past DEADLINE seconds from the start.
 #
-# Here, before the call (data, start weights and the tree-sitter wheels the machine lacks travel with
-# the tree: about 35 MB, ignored by git; `pip list | grep tree-sitter` gives the NAME==VERSION list):
+# What it needs: a checkout of dcode, Python with torch (CUDA) and transformers, and beside the tree
+# the data, the start weights and, where the GPU machine has no package index, the tree-sitter wheels
+# (about 35 MB, ignored by git; `pip list | grep tree-sitter` gives the NAME==VERSION list):
 #     python -m dcode.train pack --out .train/gpu
 #     python -m dcode.train export --run .train/run --out .train/gpu-init --dtype float16
 #     python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl tree-sitter==... ...
-# The call (the device tool sets $OUT):
-#     run(command="bash benchmarks/gpu_session.sh", carry=[".train/gpu", ".train/gpu-init", ".whl"], timeout_s=570)
-# What comes back is at most 8 files of at most 16 MB, so $OUT holds one tar per model and one of logs,
-# each written as soon as its part ends (a call cut short still returns the parts that finished):
+# How to run it, on the GPU machine, from the checkout:
+#     OUT=/path/to/results bash benchmarks/gpu_session.sh
+# What it prints: the GPU, a progress line of each training every 30 s, each part's exit status, the
+# speed table of dcode-tiny on CUDA and gpu_check.sh's summary. What it writes to $OUT, each file as
+# soon as its part ends (a run cut short still leaves the parts that finished), at most 16 MB each:
 #     dcode-tiny.tar (the trained model folder, float16), ar-<tokens>M.tar (a yardstick folder each),
 #     check.tar (speed reports), logs.tar (every log).
-# Then, here: untar; compare with benchmarks/checkpoints.py; score the yardsticks with
+# Then, on the CPU machine: untar; compare with benchmarks/checkpoints.py; score the yardsticks with
 # `python benchmarks/yardstick.py evaluate ...`.
 set -uo pipefail
 : "${OUT:?set OUT to the folder the results go to}"

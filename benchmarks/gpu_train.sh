@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Train dcode-tiny further on a lent GPU, inside one device call, from data carried with the tree.
+# Train dcode-tiny further on a CUDA GPU, from data packed on the CPU machine.
 #
-# Here, once (about 17 MB, ignored by git, carried):
+# What it needs: a checkout of dcode with Python, torch (CUDA) and transformers, and the packed data
+# beside the tree (about 17 MB, ignored by git):
 #     python -m dcode.train pack --out .train/gpu
-# On the device (the `run` tool; it sets $OUT; 15 minutes of device time in all, a call at most 10):
-#     run(command="bash benchmarks/gpu_train.sh", carry=[".train/gpu"], timeout_s=600)
-# Back here, the returned folder becomes a CPU run that later sessions keep training, and the export:
-#     python -m dcode.train fit --run .train/run-gpu --init <files_at>/dcode-tiny --minutes 0
+# How to run it, on the GPU machine, from the checkout:
+#     OUT=/path/to/results bash benchmarks/gpu_train.sh
+# What it prints: the GPU, torch's and transformers' versions, then fit's progress and the export.
+# Back on the CPU machine, the returned folder becomes a CPU run that can keep training, and the export:
+#     python -m dcode.train fit --run .train/run-gpu --init <results>/dcode-tiny --minutes 0
 #     python -m dcode.train export --run .train/run-gpu
 #
 # It starts from the shipped weights (INIT) with a fresh optimizer, trains block diffusion for
 # MINUTES on DEVICE in bfloat16 autocast with BATCH rows per step, and writes to $OUT: the best
-# weights as a float16 model folder (a file comes back only under 16 MB), the log and fit's output.
+# weights as a float16 model folder (14 MB), the log and fit's output.
 # Every setting can be overridden from the environment (the tests run it on the CPU, tiny).
 set -euo pipefail
 : "${OUT:?set OUT to the folder the results go to}"

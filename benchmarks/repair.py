@@ -1,4 +1,4 @@
-"""The repair pass measured two ways, with the embedded model (or --model) on this machine.
+"""The repair pass measured two ways, with the embedded model (or --model).
 
     python benchmarks/repair.py                 # both parts
     python benchmarks/repair.py --prompts 5 --files 10
@@ -20,16 +20,19 @@ import argparse
 import ast
 import json
 import random
+import shlex
+import sys
 import sysconfig
 import time
 from pathlib import Path
 
 from dcode import pipeline
-from dcode.bench import python_prompts
-from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig, merge_family_defaults
-from dcode.models import load
-from dcode.repair import Repaired
-from dcode.syntax import find_issues, is_real_code
+from dcode.bench import custom, provenance, python_prompts, with_family
+from dcode.bench.metrics import is_real_code
+from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
+from dcode.events import Finished, Repaired, drain
+from dcode.models import load, resolve
+from dcode.syntax import find_issues
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 
@@ -39,7 +42,7 @@ def generation(model, prompts: list[str], length: int, configs: list[SamplerConf
     draft_seconds = extra_seconds = 0.0
     for prompt, config in ((p, c) for c in configs for p in prompts):
         events = pipeline.new(model, prompt, "python", length, config, 3, tries)
-        finished = next(e for e in events if isinstance(e, pipeline.Finished))
+        finished = drain(events, result=Finished)
         done = finished.repair
         assert done is not None
         valid_raw += done.issues_before == 0
@@ -185,14 +188,14 @@ def main() -> None:
     # what `dcode new --seed N` runs with no other options than --decode's
     fields = json.loads(args.decode)
     configs = [
-        merge_family_defaults(
-            SamplerConfig(**{**fields, "seed": args.seed + k}), {*fields, "seed"}, model.facts.defaults
-        )
+        with_family(custom(f"seed {args.seed + k}", {**fields, "seed": args.seed + k}), model.facts.defaults)
         for k in range(args.seeds)
     ]
     prompts = python_prompts(args.prompt_file)[: args.prompts or None]
     rng = random.Random(0)
+    command = shlex.join(["python", "benchmarks/repair.py", *sys.argv[1:]])
     results = {
+        "provenance": provenance(command, resolve(args.model)[0]),
         "model": model.facts.name,
         "seed": args.seed,
         "seeds": args.seeds,

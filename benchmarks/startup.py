@@ -3,12 +3,12 @@
     python benchmarks/startup.py              # 3 repeats of each, medians
     python benchmarks/startup.py --repeats 5 --json startup.json
 
-The dcode-tiny issue's target is <= 3 s for a short request (128-token canvas) on 2 cores, model
-load included. Each row is a fresh process, as a user's shell starts it; the rows before the
-`dcode new` ones are the floor under it: the interpreter, torch, and what dcode-tiny's load needs
-beside it (safetensors, tokenizers). The transformers row is what dcode-tiny's start paid until
-session 10, when it moved to dcode.models.native: transformers' Qwen2 module, which other
-Qwen2-layer checkpoints still load with.
+The target is <= 3 s for a short request (128-token canvas) on 2 cores, model load included.
+Each row is a fresh process, as a user's shell starts it; the rows before the `dcode new` ones
+are the floor under it: the interpreter, torch, and what dcode-tiny's load needs beside it
+(safetensors, tokenizers). The transformers row is what a start on transformers' Qwen2 module
+would pay: dcode-tiny runs on dcode.models.native instead; other Qwen2-layer checkpoints load
+with it.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dcode.bench import provenance
+from dcode.models import EMBEDDED
 
 REQUEST = "a function that merges two sorted lists"
 ROWS = {
@@ -63,7 +67,9 @@ def main() -> None:
         results[name] = {"median_s": statistics.median(times), "runs_s": times}
         print(f"{name:<38}{statistics.median(times):>8.2f} s   (runs: {', '.join(f'{t:.2f}' for t in times)})")
     if args.json:
-        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "rows": results}, indent=2) + "\n")
+        measured = provenance(shlex.join(["python", "benchmarks/startup.py", *sys.argv[1:]]), EMBEDDED)
+        report = {"provenance": measured, "cpus": os.cpu_count(), "rows": results}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

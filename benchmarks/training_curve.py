@@ -3,7 +3,7 @@
     python benchmarks/training_curve.py .train/run/log.jsonl docs/dcode-tiny-loss.png
     python benchmarks/training_curve.py LOG PNG --mark "5673=data rebuilt"   # a line at a step
 
-The log (one JSON record per evaluation) is cumulative across sessions because training resumes.
+The log (one JSON record per evaluation) is cumulative across runs because training resumes.
 --mark draws a labelled vertical line at a step, for events the log does not record (the data
 rebuilt with a new validation split, which moves the validation losses).
 """

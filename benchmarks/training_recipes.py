@@ -1,10 +1,10 @@
 """Three ways to spend the same CPU time on a model of dcode-tiny's size and data, from scratch:
 
     python benchmarks/training_recipes.py --cpu-minutes 12 --threads 1
-    python benchmarks/training_recipes.py --cpu-minutes 12 --threads 1 --json docs/benchmarks/recipes.json
+    python benchmarks/training_recipes.py --cpu-minutes 12 --threads 1 --json recipes.json
 
     autoregressive   next-token loss only, decoded token by token (greedy, transformers' generate
-                     with its key/value cache): the quality yardstick of the issue, not a feature
+                     with its key/value cache): the quality yardstick, not a feature
     block-diffusion  the block-diffusion loss from the first step (BD3-LM from scratch)
     ar-then-bd       dcode-tiny's recipe: autoregressive for --ar-share of the time, then block diffusion
 
@@ -14,8 +14,8 @@ Trainer's own checkpoint and resumes there: rerun the same command and it contin
 budget (a finished one only evaluates). Then every model answers the python prompts of
 benchmarks/prompts.jsonl on a 256-token canvas with repair off: the diffusion models one token per
 pass and at threshold 0.9, the autoregressive one greedily. Reported: validation losses (live
-weights), real-code rate (>= 2 non-blank lines that compile()), key-word rate and tokens per
-forward pass, as in benchmarks/sampling.py. The shipped dcode-tiny is the last row, for reference
+weights) and dcode.bench's metrics (real code, key words, tokens per forward pass), as
+benchmarks/sampling.py reports them. The shipped dcode-tiny is the last row, for reference
 (it trained far longer; its tokens seen are in the row).
 """
 
@@ -23,33 +23,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # sampling.py beside this file
-
-from sampling import PROMPTS, key_word_share, summary  # noqa: E402
-from sampling import run as run_diffusion  # noqa: E402
-
-from dcode import pipeline  # noqa: E402
-from dcode.bench import python_prompts  # noqa: E402
-from dcode.config import SamplerConfig  # noqa: E402
-from dcode.models import EMBEDDED, load  # noqa: E402
-from dcode.syntax import is_real_code  # noqa: E402
-from dcode.train.train import TrainConfig, Trainer  # noqa: E402
+from dcode.bench import PROMPTS, REGISTRY, python_prompts, with_family
+from dcode.bench.answers import answer, answer_autoregressive
+from dcode.models import EMBEDDED, load
+from dcode.models.base import Denoiser
+from dcode.train.train import TrainConfig, Trainer
 
 # Share of the budget dcode-tiny's recipe spends on autoregressive pretraining (its run: 6.5M of
 # the first ~9M tokens were autoregressive, and an AR step costs about half a BD step per token).
 AR_SHARE = 0.7
 RECIPES = {"autoregressive": 1.0, "block-diffusion": 0.0, "ar-then-bd": AR_SHARE}
-DIFFUSION_SETTINGS = {
-    "one-per-pass": SamplerConfig(rule="schedule"),
-    "threshold-0.9": SamplerConfig(rule="threshold", threshold=0.9),
-}
+DIFFUSION_SETTINGS = ("one-per-pass", "threshold-0.9")  # dcode.bench's registry names
 # dcode-tiny's model and data settings, with a warm-up that fits a budget of minutes (dcode-tiny's
 # 200 steps would last longer than the whole run). The live weights are scored and exported: an
 # average over 500 steps (dcode-tiny's EMA) would still be mostly the random start.
@@ -85,42 +75,17 @@ def train(
     return trainer
 
 
-@torch.inference_mode()
-def run_autoregressive(folder: Path, prompts: list[str], length: int) -> dict[str, float]:
-    """Greedy token-by-token answers of the exported model under a causal mask (transformers'
-    generate, key/value cache): the same prompts, prompt template and measures as sampling.run."""
-    from transformers import Qwen2ForCausalLM
-
-    model = load(str(folder))  # its tokenizer and facts; dcode runs the network block-causally, so:
-    network = Qwen2ForCausalLM.from_pretrained(str(folder), local_files_only=True).eval()  # generate(): causal mask
-    eos = sorted(model.facts.eos_ids)
-    forwards = tokens = real = mentions = 0
-    seconds = 0.0
-    for prompt in prompts:
-        ids = torch.tensor([pipeline.prompt_ids(model, prompt, "python")])
-        began = time.perf_counter()
-        out = network.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=length,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=model.facts.pad_id,
-        )[0, ids.shape[1] :]
-        seconds += time.perf_counter() - began
-        code, count = pipeline.answer_text(model, out, 0)  # up to the first end token
-        forwards += len(out)  # one call per new token (the first one is the prefill)
-        tokens += count
-        real += is_real_code(code)
-        mentions += key_word_share(prompt, code) >= 0.5
-    return summary(len(prompts), forwards, tokens, seconds, real, mentions)
-
-
 def evaluate(folder: Path, autoregressive: bool, prompts: list[str], length: int) -> dict[str, dict[str, float]]:
     if autoregressive:
-        return {"greedy": run_autoregressive(folder, prompts, length)}
-    model = load(str(folder))
-    return {name: run_diffusion(model, prompts, length, config) for name, config in DIFFUSION_SETTINGS.items()}
+        return {"greedy": answer_autoregressive(folder, prompts, length)}
+    return diffusion_rows(load(str(folder)), prompts, length)
+
+
+def diffusion_rows(model: Denoiser, prompts: list[str], length: int) -> dict[str, dict[str, float]]:
+    """The diffusion models' rows: one token per pass and threshold 0.9, as dcode.bench runs them."""
+    return {
+        n: answer(model, prompts, length, with_family(REGISTRY[n], model.facts.defaults)) for n in DIFFUSION_SETTINGS
+    }
 
 
 def table(report: dict[str, dict]) -> str:
@@ -197,7 +162,7 @@ def main(argv: list[str] | None = None, config: TrainConfig | None = None) -> di
             "tokens_seen": int(training["tokens_seen"]),
             "valid_ar": None,
             "valid_bd": None,
-            "decoding": {n: run_diffusion(shipped, prompts, args.length, c) for n, c in DIFFUSION_SETTINGS.items()},
+            "decoding": diffusion_rows(shipped, prompts, args.length),
         }
     threads = torch.get_num_threads()
     print(

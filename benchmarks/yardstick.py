@@ -1,6 +1,6 @@
 """The autoregressive yardstick at equal compute: train it to token milestones anywhere, score it here.
 
-    python benchmarks/yardstick.py train --data .train/gpu --run /tmp/ar --device cuda --batch 32 \\
+    python benchmarks/yardstick.py train --data .train/gpu --run .train/ar --device cuda --batch 32 \\
         --milestones 31400000,110000000 --minutes 5 --out OUT
     python benchmarks/yardstick.py evaluate OUT/ar-31.4M OUT/ar-110.0M
 
@@ -10,36 +10,30 @@ scratch, on the same data as dcode-tiny. Each time its tokens seen pass a milest
 AR loss; if the time runs out first, what it has is exported to OUT/ar-<tokens>M too. Milestones
 are the point: dcode-tiny's tokens seen (equal tokens) and the tokens an autoregressive step rate
 buys in dcode-tiny's CPU time (equal CPU time; an AR step costs about a third of a BD step per
-token here), which no CPU session could spend on a benchmark. The run resumes from --run.
+token on a CPU), which takes a GPU to spend on a benchmark. The run resumes from --run.
 
 `evaluate`: each folder answers the python prompts of benchmarks/prompts.jsonl greedily, token by
-token (training_recipes.run_autoregressive: transformers' generate with its cache, the same prompt
-template and measures as benchmarks/sampling.py), and the shipped dcode-tiny answers them at its
-default decoding for comparison: real code (>= 2 non-blank lines that compile()), key words, tokens
-per forward pass.
+token (dcode.bench.answers.answer_autoregressive: transformers' generate with its cache, the same
+prompt template), and the shipped dcode-tiny answers them at its default decoding for comparison,
+scored by dcode.bench's metrics: real code, key words, tokens per forward pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # training_recipes.py and sampling.py beside this file
+from dcode.bench import PROMPTS, REGISTRY, python_prompts, with_family
+from dcode.bench.answers import answer, answer_autoregressive
+from dcode.models import EMBEDDED, load
+from dcode.train.train import TrainConfig, Trainer
 
-from sampling import PROMPTS  # noqa: E402
-from sampling import run as run_diffusion  # noqa: E402
-from training_recipes import NEVER, run_autoregressive  # noqa: E402
-
-from dcode.bench import python_prompts  # noqa: E402
-from dcode.config import SamplerConfig  # noqa: E402
-from dcode.models import EMBEDDED, apply_defaults, load  # noqa: E402
-from dcode.train.train import TrainConfig, Trainer  # noqa: E402
+NEVER = 2**62  # an ar_tokens count no run reaches: autoregressive to the end
 
 
 def label(tokens: int) -> str:
@@ -78,14 +72,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, dict]:
     report: dict[str, dict] = {}
     for folder in args.folders:
         trained = json.loads((folder / "config.json").read_text()).get("dcode_training", {})
-        scores = run_autoregressive(folder, prompts, args.length)
+        scores = answer_autoregressive(folder, prompts, args.length)
         report[folder.name] = {"tokens_seen": trained.get("tokens_seen"), **scores}
     shipped = load(None)
     trained = json.loads((EMBEDDED / "config.json").read_text())["dcode_training"]
-    config = apply_defaults(SamplerConfig(), shipped.facts.defaults, ())  # what `dcode new` runs
+    config = with_family(REGISTRY["model-defaults"], shipped.facts.defaults)  # what `dcode new` runs
     report["dcode-tiny (its defaults)"] = {
         "tokens_seen": trained["tokens_seen"],
-        **run_diffusion(shipped, prompts, args.length, config),
+        **answer(shipped, prompts, args.length, config),
     }
     print(f"{len(prompts)} python prompts, canvas {args.length}, threads {torch.get_num_threads()}")
     print(f"{'model':<32}{'tokens':>10}{'TPF':>8}{'real code':>11}{'key words':>11}{'s/answer':>10}")

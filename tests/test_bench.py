@@ -1,5 +1,6 @@
 """`dcode bench speed` / `dcode bench quality` end to end on the tiny random checkpoint through
-CliRunner, the sandbox's limits on real child processes, and the report files."""
+CliRunner, the sandbox's limits on real child processes, the report files, and the one harness
+the scripts in benchmarks/ share: its registry of settings, its metrics and its provenance."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_module
 from typer.testing import CliRunner
 
 import dcode.cli.bench  # noqa: F401  (registers `dcode bench` on the app)
-from dcode.bench import PROMPTS, read_prompts, settings, with_family
+from dcode.bench import PROMPTS, REGISTRY, custom, named, provenance, read_prompts, select, settings, with_family
+from dcode.bench.metrics import Tally, has_key_words, key_word_share, words
 from dcode.bench.quality import docstring, load_problems, program, trim_completion
 from dcode.bench.sandbox import NETWORK_MESSAGE, Limits, run_python
 from dcode.cli import app
@@ -57,6 +60,9 @@ def test_speed_suite_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert result.stdout == markdown  # the table on stdout, the file names on stderr
     assert "| setting | passes |" in markdown and "| autoregressive |" in markdown
     assert result.stderr == f"dcode: wrote {out / 'speed.json'}, {out / 'speed.md'}\n"  # no progress bar
+    measured = report["provenance"]  # how the numbers were made, in the JSON and atop the table
+    assert measured["command"].startswith("dcode ") and len(measured["weights_sha256"]) == 64
+    assert markdown.startswith(f"Command: `{measured['command']}`  \nWeights: sha256 `{measured['weights_sha256']}`")
 
 
 def test_quality_suite_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
@@ -214,3 +220,107 @@ def test_a_model_with_its_own_defaults_gets_a_row_that_runs_them() -> None:
     fixed = with_family(rows["threshold-0.9"], own)  # a setting keeps what it decides, takes the rest
     assert (fixed.threshold, fixed.repetition_penalty) == (0.9, 1.2)
     assert with_family(rows["one-per-pass"], own).rule == "schedule"
+
+
+# ---------------------------------------------------------------------------------------------
+# One registry, one set of metrics, one provenance
+
+
+def test_words_split_identifiers_and_key_words_match_on_five_letters() -> None:
+    assert words("mergeSorted_lists HTTPServer") == {"merge", "sorted", "lists", "http", "server"}
+    assert key_word_share("merge two sorted lists", "def merge_sorted(a): ...") == pytest.approx(2 / 3)
+    assert key_word_share("a function that returns it", "x = 1") == 1.0  # no content words to miss
+    assert has_key_words("parse an ISO date", "def parse_date(text):")  # 2 of 3: parse, date
+    assert not has_key_words("parse an ISO date", "def f(x):")
+
+
+def test_a_tally_gives_every_benchmark_the_same_row() -> None:
+    tally = Tally()
+    tally.add("merge two sorted lists", "def merge(a, b):\n    return sorted(a + b)\n", 4, 10, 0.5, rows=12)
+    tally.add("parse an ISO date", "def (:\n", 6, 6, 1.5)  # not real code, no key words; one row a pass
+    row = tally.summary()
+    assert row == {
+        "prompts": 2,
+        "forward_passes": 10,
+        "rows_per_pass": 1.8,  # (12 + 6) / 10
+        "tokens": 16,
+        "tokens_per_forward": 1.6,
+        "tokens_per_second": 8.0,
+        "wall_seconds": 2.0,
+        "real_code_rate": 0.5,
+        "key_words_rate": 0.5,
+    }
+    assert Tally().summary()["tokens_per_forward"] == 0.0  # nothing answered: zeros, not a division error
+
+
+def test_the_registry_names_every_setting_and_parametric_names_build_more() -> None:
+    assert {s.name for s in settings(None, {"rule": "verify"})} <= set(REGISTRY)
+    assert named("entropy-bound-1.2").config.entropy_bound == 1.2
+    assert named("entropy-bound-1.2").config.rule == "entropy-bound"
+    assert (named("threshold-0.5").config.rule, named("threshold-0.5").config.threshold) == ("threshold", 0.5)
+    assert (named("verify-0").config.rule, named("verify-0").config.draft) == ("verify", 0)
+    assert named("verify") is REGISTRY["verify"]
+    for bad in ("threshold-high", "fastest", "verify-1.5"):
+        with pytest.raises(ValueError, match="unknown setting"):
+            named(bad)
+    # --settings takes the model's own rows, any registry row and parametric ones, in the order given
+    chosen = select(settings(4), ["verify", "left-to-right", "threshold-0.5"])
+    assert [s.name for s in chosen] == ["verify", "left-to-right", "threshold-0.5"]
+
+
+def test_a_custom_setting_runs_what_dcode_new_runs_with_those_options() -> None:
+    own = {"rule": "verify", "entropy_bound": 0.6, "threshold": 0.7}  # dcode-tiny's recommended values
+    alone = with_family(custom("eb", {"entropy_bound": 1.0}), own)  # a rule's own setting alone picks it
+    assert (alone.rule, alone.entropy_bound) == ("entropy-bound", 1.0)
+    assert with_family(custom("none", {}), own) == with_family(REGISTRY["model-defaults"], own)
+    assert with_family(custom("seeded", {"seed": 3}), own).rule == "verify"
+
+
+def test_provenance_hashes_the_weights_and_dates_the_measurement(tmp_path: Path) -> None:
+    import datetime
+    import hashlib
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    when = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    assert provenance("dcode bench speed", tmp_path, when) == {
+        "command": "dcode bench speed",
+        "weights_sha256": hashlib.sha256(b"weights").hexdigest(),
+        "date": "2026-01-02",
+    }
+    assert provenance("python benchmarks/startup.py", None, when)["weights_sha256"] is None
+
+
+def test_the_sampling_script_runs_registry_settings_and_reports_the_metrics(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    sampling = benchmark_module("sampling.py")
+    args = ["--model", str(tiny_checkpoint), "--limit", "1", "--length", "8", "--settings", "one-per-pass"]
+    args += [
+        "--thresholds",
+        "0.5",
+        "--drafts",
+        "0",
+        "--json",
+        str(tmp_path / "out.json"),
+        "--markdown",
+        str(tmp_path / "out.md"),
+    ]
+    results = sampling.main(args)
+    assert list(results) == ["one-per-pass", "threshold-0.5", "verify-0"]
+    assert set(results["one-per-pass"]) == set(Tally().summary())  # the harness's metrics, nothing else
+    assert results["one-per-pass"]["prompts"] == 1
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["results"] == results and report["provenance"]["command"].startswith("python benchmarks/sampling.py")
+    assert (tmp_path / "out.md").read_text().startswith("Command: `python benchmarks/sampling.py --model")
+    with pytest.raises(SystemExit):
+        sampling.main(["--settings", "fastest"])
+
+
+def test_bench_settings_lists_the_registry_and_the_parametric_names() -> None:
+    result = bench("settings")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[: len(REGISTRY)]] == list(REGISTRY)
+    assert "left-to-right                     fast      rule=verify, draft=0" in lines
+    assert "model-defaults                    fast      the model's own defaults" in lines
+    assert lines[-1] == "verify-<draft>                    fast      rule=verify, draft=<draft>"

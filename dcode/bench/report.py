@@ -1,4 +1,5 @@
-"""Reports: a suite's result as JSON, a Markdown table, and for quality a PNG plot.
+"""Reports: a suite's result as JSON, a Markdown table (headed by how it was made), and for quality a
+PNG plot; the answer metrics' table every script prints.
 
 Pure functions from the result dict (what speed.run_speed / quality.run_quality return) to text,
 plus the writing. matplotlib is imported only to draw, on the Agg canvas (no display, no pyplot
@@ -62,11 +63,21 @@ def quality_markdown(result: dict[str, Any]) -> str:
     """The quality table: parse-valid rates, HumanEval pass@1, and the speed they came at."""
     head = (
         f"Quality of {result['model']} on {result['device']}: {result['prompts']} prompts (parse-valid "
-        f"before / after {result['repair_rounds']} repair rounds), {result['problems']} HumanEval problems "
+        f"before / after {result['repair_rounds']} repair rounds; real code (python prompts) and key words "
+        f"before repair), {result['problems']} HumanEval problems "
         f"(pass@1, one sample, sandbox {result['sandbox']['seconds']:g} s / {result['sandbox']['memory_mb']} MB), "
         f"{result['length']}-token answers.\n\n"
     )
-    header = ["setting", "parse-valid", "after repair", "HumanEval pass@1", "tok/pass", "tok/s"]
+    header = [
+        "setting",
+        "parse-valid",
+        "after repair",
+        "HumanEval pass@1",
+        "real code",
+        "key words",
+        "tok/pass",
+        "tok/s",
+    ]
     rows = []
     for row in result["settings"]:
         parse, human = row["parse"] or {}, row["humaneval"] or {}
@@ -76,6 +87,8 @@ def quality_markdown(result: dict[str, Any]) -> str:
                 cell(parse.get("valid_before_repair"), "{:.0%}"),
                 cell(parse.get("valid_after_repair"), "{:.0%}"),
                 cell(human.get("pass@1"), "{:.1%}") + (f" ({human['passed']}/{human['problems']})" if human else ""),
+                cell(parse.get("real_code_rate"), "{:.0%}"),
+                cell(parse.get("key_words_rate"), "{:.0%}"),
                 cell(_speed(row, "tokens_per_forward"), "{:.2f}"),
                 cell(_speed(row, "tokens_per_second"), "{:.1f}"),
             ]
@@ -134,8 +147,39 @@ def write_reports(result: dict[str, Any], out: Path) -> list[Path]:
     paths = [out / f"{suite}.json", out / f"{suite}.md"]
     paths[0].write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     markdown = speed_markdown(result) if suite == "speed" else quality_markdown(result)
+    if result.get("provenance"):
+        markdown = provenance_markdown(result["provenance"]) + "\n" + markdown
     paths[1].write_text(markdown, encoding="utf-8")
     if suite == "quality":
         paths.append(out / f"{suite}.png")
         quality_plot(result, paths[-1])
     return paths
+
+
+# The metrics' columns (dcode.bench.metrics.Tally.summary), as every answer table shows them.
+ANSWER_COLUMNS = (
+    ("forward_passes", "passes", "{:.0f}"),
+    ("rows_per_pass", "rows a pass", "{:.1f}"),
+    ("tokens", "tokens", "{:.0f}"),
+    ("tokens_per_forward", "tokens/pass", "{:.2f}"),
+    ("tokens_per_second", "tok/s", "{:.1f}"),
+    ("wall_seconds", "wall s", "{:.1f}"),
+    ("real_code_rate", "real code", "{:.0%}"),
+    ("key_words_rate", "key words", "{:.0%}"),
+)
+
+
+def answers_markdown(rows: dict[str, dict[str, Any]], first: str = "setting") -> str:
+    """One row per setting (or model) of metric summaries; a column is left out when no row has it."""
+    columns = [c for c in ANSWER_COLUMNS if any(c[0] in row for row in rows.values())]
+    body = [[name] + [cell(row.get(key), form) for key, _, form in columns] for name, row in rows.items()]
+    return table([first] + [label for _, label, _ in columns], body)
+
+
+def provenance_markdown(measured: dict[str, Any]) -> str:
+    """The lines that say how a result was made: command, weights, date."""
+    weights = measured.get("weights_sha256")
+    lines = [f"Command: `{measured['command']}`"]
+    lines.append(f"Weights: sha256 `{weights}`" if weights else "Weights: none (no model measured)")
+    lines.append(f"Measured: {measured['date']}")
+    return "\n".join(f"{line}  " for line in lines[:-1]) + "\n" + lines[-1] + "\n"

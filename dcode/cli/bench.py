@@ -1,11 +1,14 @@
 """`dcode bench speed` and `dcode bench quality`: dcode's settings against the baselines users would pick.
 
-The Markdown table goes to stdout; JSON, Markdown (and the quality plot) go to --out; a progress
-bar goes to stderr, and only to a terminal.
+The Markdown table goes to stdout; JSON, Markdown (and the quality plot) go to --out, each headed
+by the command, the weights' sha256 and the date; a progress bar goes to stderr, and only to a
+terminal. The settings, metrics and suites are dcode.bench's, shared with the scripts in benchmarks/.
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,7 +50,12 @@ LimitOption = Annotated[int, typer.Option("--limit", min=0, help="Use only the f
 LengthOption = Annotated[int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")]
 OutOption = Annotated[Path, typer.Option("--out", help="Folder for the JSON, Markdown and PNG reports.")]
 SettingsOption = Annotated[
-    str | None, typer.Option("--settings", help="Comma-separated setting names (default: all for the model).")
+    str | None,
+    typer.Option(
+        "--settings",
+        help="Comma-separated setting names: `dcode bench settings` lists them; threshold-T, entropy-bound-G and"
+        " verify-N also work (default: all for the model).",
+    ),
 ]
 
 
@@ -84,7 +92,7 @@ def speed_command(
         chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
         with progress_bar(quiet) as bar:
             result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
-        deliver(result, report.write_reports, out, quiet)
+        deliver(result, report.write_reports, out, quiet, model)
 
 
 @bench_app.command("quality")
@@ -129,7 +137,18 @@ def quality_command(
         limits = Limits(seconds=timeout, memory_mb=memory_mb)
         with progress_bar(quiet) as bar:
             result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
-        deliver(result, report.write_reports, out, quiet)
+        deliver(result, report.write_reports, out, quiet, model)
+
+
+@bench_app.command("settings")
+def settings_command() -> None:
+    """The named decoding settings every benchmark takes (--settings here, in benchmarks/*.py)."""
+    from dcode.bench import PARAMETRIC, REGISTRY, describe
+
+    for setting in REGISTRY.values():
+        typer.echo(f"{setting.name:<34}{setting.role:<10}{describe(setting)}")
+    for prefix, rule, field, _ in PARAMETRIC:
+        typer.echo(f"{prefix + '<' + field + '>':<34}{'fast':<10}rule={rule}, {field}=<{field}>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,9 +216,14 @@ def progress_bar(quiet: bool) -> Iterator[Progress | None]:
         yield bar
 
 
-def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool) -> None:
-    """Write the reports, print the Markdown table on stdout, name the files on stderr."""
-    paths = write(result, out)
+def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool, model: str | None) -> None:
+    """Write the reports (headed by the command, the weights' sha256 and the date), print the
+    Markdown table on stdout, name the files on stderr."""
+    from dcode.bench import provenance
+    from dcode.models import resolve
+
+    command = shlex.join(["dcode", *sys.argv[1:]])
+    paths = write({"provenance": provenance(command, resolve(model)[0]), **result}, out)
     typer.echo(Path(paths[1]).read_text(encoding="utf-8"), nl=False)
     if not quiet:
         typer.echo(f"dcode: wrote {', '.join(str(p) for p in paths)}", err=True)

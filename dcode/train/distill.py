@@ -33,8 +33,8 @@ from dcode.train.data import Examples, encode_units, flat
 
 LONGEST_REQUEST = 200  # characters: longer prompts are whole module docstrings, not requests
 # How the answers are sampled: one token per pass left to right, greedy, the model's most careful
-# decoding, which the verify rule writes in fewer passes (rounds 1-5 used one per pass by confidence;
-# left to right writes more real code on the validation and dev requests: docs/dcode-tiny.md).
+# decoding, which the verify rule writes in fewer passes (left to right writes more real code on the
+# validation and dev requests than one per pass by confidence: docs/dcode-tiny.md).
 LEFT_TO_RIGHT = SamplerConfig(rule="verify")
 
 

@@ -39,9 +39,9 @@ SAVE_EVERY = 600  # seconds between checkpoints even when no validation is due (
 
 # The sampler values the exported model recommends (config.json's dcode_defaults; `dcode new`
 # applies them to every option the user leaves unset), measured (docs/dcode-tiny.md): the verify
-# rule writes what one token per pass left to right writes, which on the third distillation
-# round is more real code than the entropy bound 0.6 at more tokens per pass (validation and dev
-# requests); `--strategy entropy-bound` uses 0.6 and `--strategy threshold` 0.7.
+# rule writes what one token per pass left to right writes, which for the distilled weights is more
+# real code than the entropy bound 0.6 at more tokens per pass (validation and dev requests);
+# `--strategy entropy-bound` uses 0.6 and `--strategy threshold` 0.7.
 DECODING_DEFAULTS: dict[str, float | str] = {"rule": "verify", "entropy_bound": 0.6, "threshold": 0.7}
 
 
