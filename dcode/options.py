@@ -4,8 +4,9 @@ default and type. Imports neither torch nor typer.
 The CLI builds the Typer options of `new`, `edit` and `repair` from these records
 (dcode.cli.options.with_options), the README's option table is checked against them
 (tests/test_cli.py), and a server reads a request's sampler settings by the same names
-(`sampler_settings`). A sampler option's default is SamplerConfig's own, so it is written in one
-place only: dcode.config.
+(`sampler_settings`, then config.merge_family_defaults with `fields_set_by(the names given)`).
+A sampler option's default is SamplerConfig's own, so it is written in one place only:
+dcode.config.
 
 Groups: SAMPLER (the SamplerConfig fields a user sets), REPAIR (the repair pass), MODEL (which
 model, on which device) and VIEW (progress on the terminal).
@@ -13,7 +14,7 @@ model, on which device) and VIEW (progress on the terminal).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -140,6 +141,13 @@ VIEW: tuple[Option, ...] = (LIVE_OPTION, EXIT_WHEN_DONE_OPTION, QUIET_OPTION)
 
 ALL: tuple[Option, ...] = (*MODEL, *SAMPLER, *REPAIR, *VIEW)
 BY_NAME: dict[str, Option] = {option.name: option for option in ALL}
+
+
+def fields_set_by(names: Iterable[str]) -> set[str]:
+    """The SamplerConfig fields that the sampler options `names` set (other names are ignored),
+    for config.merge_family_defaults. Example: fields_set_by(["strategy", "seed", "port"]) -> {"rule", "seed"}."""
+    wanted = set(names)
+    return {o.field for o in SAMPLER if o.field is not None and o.name in wanted}
 
 
 def sampler_settings(values: Mapping[str, Any]) -> SamplerConfig:

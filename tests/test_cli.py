@@ -801,9 +801,10 @@ def test_commands_build_their_options_from_the_declarations(command: str) -> Non
 
 
 def test_sampler_settings_by_option_name() -> None:
-    from dcode.options import sampler_settings
+    from dcode.options import fields_set_by, sampler_settings
 
     config = sampler_settings({"strategy": "schedule", "steps": 8, "order": "margin", "top_p": 0.5, "port": 1})
     assert config == SamplerConfig(rule="schedule", steps=8, ordering="margin", top_p=0.5)
+    assert fields_set_by(["strategy", "seed", "port"]) == {"rule", "seed"}
     with pytest.raises(ValueError, match="unknown strategy"):
         sampler_settings({"strategy": "fastest"})

@@ -32,6 +32,7 @@ from dcode.options import (
     QUIET_OPTION,
     REPAIR_ROUNDS,
     SAMPLER,
+    fields_set_by,
     sampler_settings,
 )
 
@@ -266,12 +267,12 @@ def run_model(
 
 def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
     """SamplerConfig fields the user set, on the command line or through a DCODE_* variable."""
-    fields = set()
+    given = []
     for option in SAMPLER:
         source = ctx.get_parameter_source(option.name)
-        if option.field is not None and source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
-            fields.add(option.field)
-    return fields
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.append(option.name)
+    return fields_set_by(given)
 
 
 def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
