@@ -22,6 +22,7 @@ from pathlib import Path
 from dcode import pipeline
 from dcode.bench import REGISTRY, provenance, with_family
 from dcode.edit import find_symbol, find_symbols
+from dcode.events import Edited, drain
 from dcode.models import load, resolve
 from dcode.syntax import find_issues
 
@@ -62,7 +63,7 @@ def main() -> None:
         region = find_symbol(source, "python", symbol)
         began = time.perf_counter()
         events = pipeline.edit(model, source, region, INSTRUCTION, "python", config, name=path.name)
-        done = next(e for e in events if isinstance(e, pipeline.Edited))
+        done = drain(events, result=Edited)
         seconds = time.perf_counter() - began
         old, new = source.encode(), done.code.encode()
         (a, b), (c, d) = done.region, done.new_region

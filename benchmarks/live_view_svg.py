@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dcode import pipeline
 from dcode.config import SamplerConfig
+from dcode.events import Finished
 from dcode.models import load
 from dcode.render import Describer, export_svg
 
@@ -29,7 +30,6 @@ def main() -> None:
     describe = Describer(
         model.tokenizer,
         facts.mask_id,
-        length=length,
         model=facts.name,
         device="cpu",
         language="python",
@@ -37,7 +37,7 @@ def main() -> None:
     )
     events = list(pipeline.new(model, args.request, "python", length, SamplerConfig(), repair_rounds=0))
     frames = [describe(event, 0.05 * i) for i, event in enumerate(events)]
-    steps = [f for f, e in zip(frames, events, strict=True) if f is not None and not isinstance(e, pipeline.Finished)]
+    steps = [f for f, e in zip(frames, events, strict=True) if f is not None and not isinstance(e, Finished)]
     frame = steps[min(len(steps) - 1, int(args.at * len(steps)))]
     export_svg(frame, args.out, title=f'dcode new "{args.request}"')
     print(f"wrote {args.out} (pass {frame.forward} of {len(steps)})")

@@ -30,8 +30,8 @@ from dcode import pipeline
 from dcode.bench import custom, provenance, python_prompts, with_family
 from dcode.bench.metrics import is_real_code
 from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
+from dcode.events import Finished, Repaired, drain
 from dcode.models import load, resolve
-from dcode.repair import Repaired
 from dcode.syntax import find_issues
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
@@ -42,7 +42,7 @@ def generation(model, prompts: list[str], length: int, configs: list[SamplerConf
     draft_seconds = extra_seconds = 0.0
     for prompt, config in ((p, c) for c in configs for p in prompts):
         events = pipeline.new(model, prompt, "python", length, config, 3, tries)
-        finished = next(e for e in events if isinstance(e, pipeline.Finished))
+        finished = drain(events, result=Finished)
         done = finished.repair
         assert done is not None
         valid_raw += done.issues_before == 0

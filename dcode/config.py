@@ -1,10 +1,13 @@
 """Frozen settings records. Built in one place (the CLI) from options and DCODE_* variables;
-library code never reads argv or the environment. Imports nothing of dcode."""
+library code never reads argv or the environment. Also the policy that merges a user's settings
+with a model family's defaults (merge_family_defaults). Imports nothing of dcode; the options
+that set these fields are declared in dcode.options."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 Ordering = Literal["confidence", "margin", "entropy", "random"]
@@ -136,3 +139,28 @@ class SamplerConfig:
             raise ValueError("repetition penalty must be a finite number >= 1")
         if self.repetition_window < 1:
             raise ValueError("repetition window must be at least 1")
+
+
+# Setting a rule's own option picks that rule: `--threshold 0.5` alone means threshold decoding,
+# whatever rule the CLI or the model's family would otherwise pick. SamplerConfig field -> rule.
+RULE_IMPLIED_BY_SETTING: dict[str, Rule] = {
+    "threshold": "threshold",
+    "entropy_bound": "entropy-bound",
+    "steps": "schedule",
+    "draft": "verify",
+}
+
+
+def merge_family_defaults(
+    config: SamplerConfig, user_set: Collection[str], family_defaults: Mapping[str, object]
+) -> SamplerConfig:
+    """The settings a run decodes with when the user set the SamplerConfig fields `user_set` (to
+    their values in `config`): without the rule, a rule's own setting set alone picks that rule
+    (RULE_IMPLIED_BY_SETTING); the model family's defaults fill in every field left unset.
+    ValueError for a bad default.
+    Example: {"threshold": 0.5} set on dcode-tiny (entropy bound by default) -> threshold 0.5."""
+    implied = {rule for field, rule in RULE_IMPLIED_BY_SETTING.items() if field in user_set}
+    if "rule" not in user_set and len(implied) == 1:
+        config, user_set = replace(config, rule=implied.pop()), {*user_set, "rule"}
+    changes = {key: value for key, value in family_defaults.items() if key not in user_set}
+    return replace(config, **changes)  # type: ignore[arg-type]

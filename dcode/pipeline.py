@@ -1,4 +1,5 @@
-"""`new` (and later edit / repair) as one stream of events: sampler steps, then a Finished record.
+"""`new`, `edit` and `repair_file` as streams of dcode.events: Started, the sampler's Steps, the
+repair pass's rounds, then a Finished, Edited or Repaired record.
 
 Owns: turning a request into a canvas (prompt template, chat template, masks), decoding the
 answer, and the counters a report needs. Knows nothing about argv, the environment or the
@@ -10,72 +11,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from importlib import resources
 
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.events import Edited, Finished, Repaired, RepairRound, Started, Step
 from dcode.models.base import Denoiser
-from dcode.repair import Repaired, RepairRound, repair
-from dcode.sampler import Step, denoise, trim_answer
+from dcode.repair import repair
+from dcode.sampler import denoise, trim_answer
 
 
 class InputError(ValueError):
     """A request the model cannot serve (too long, empty): a usage error, reported in one line."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    code: str  # the answer, trailing end/pad tokens removed, repaired if repair ran
-    prompt_tokens: int
-    tokens: int  # answer tokens kept by the draft
-    canvas: int  # answer positions the sampler had to fill
-    forward: int  # forward passes of the draft
-    seconds: float  # sampling wall time of the draft
-    repair: Repaired | None = None  # what the repair pass did (None: off or nothing to check)
-    draft: str = ""  # the answer as sampled, before repair (code when repair changed nothing)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.forward if self.forward else 0.0
-
-    @property
-    def syntax_errors(self) -> int | None:
-        """Issues left in the code (None when it was not checked)."""
-        return self.repair.issues_after if self.repair is not None else None
-
-    def metadata(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "prompt_tokens": self.prompt_tokens,
-            "tokens": self.tokens,
-            "canvas": self.canvas,
-            "forward_passes": self.forward,
-            "tokens_per_forward": round(self.tokens_per_forward, 3),
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
-        }
-        if self.repair is not None:
-            out["repair"] = repair_metadata(self.repair)
-        return out
-
-
-def repair_metadata(done: Repaired) -> dict[str, object]:
-    return {
-        "issues_before": done.issues_before,
-        "issues_after": done.issues_after,
-        "rounds": done.rounds,
-        "attempts": done.attempts,
-        "spans": done.spans,
-        "tokens_regenerated": done.tokens,
-        "extra_forward_passes": done.forward,
-        "extra_seconds": round(done.seconds, 3),
-        "issues": [f"{i.line}:{i.column}: {i.message}" for i in done.issues],
-        **({"note": done.note} if done.note else {}),
-    }
-
-
-Event = Step | RepairRound | Repaired | Finished
 
 
 def template(name: str) -> str:
@@ -130,15 +78,16 @@ def new(
     config: SamplerConfig,
     repair_rounds: int = 3,
     repair_tries: int = REPAIR_TRIES,
-) -> Iterator[Event]:
-    """Generate a whole file for `request`: the draft's steps, the repair pass's steps and rounds
-    (syntax is checked even with 0 rounds), then Finished."""
+) -> Iterator[Started | Step | RepairRound | Finished]:
+    """Generate a whole file for `request`: the draft's Started and steps, the repair pass's tries
+    (Started, steps, RepairRound; syntax is checked even with 0 rounds), then Finished."""
     if not request.strip():
         raise InputError("the prompt is empty")
     ids = prompt_ids(model, request, language)
     check_length(model, len(ids), length)
     canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
     fill = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
+    yield Started((len(ids), len(canvas)), ((len(ids), len(canvas)),))
     began = time.perf_counter()
     last: Step | None = None
     for last in denoise(model, canvas, len(ids), config, fill=fill):
@@ -176,8 +125,8 @@ def repair_file(
     config: SamplerConfig,
     rounds: int,
     tries: int = REPAIR_TRIES,
-) -> Iterator[Step | RepairRound | Repaired]:
-    """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired."""
+) -> Iterator[Started | Step | RepairRound | Repaired]:
+    """Repair an existing file: the request names the file; repair's tries, then Repaired."""
     ids = prompt_ids(model, f"the {language} file {name}", language)
     code_tokens = len(model.tokenizer.encode(source, add_special_tokens=False))
     if len(ids) + code_tokens > model.facts.max_length:
@@ -195,53 +144,6 @@ def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
 # ---------------------------------------------------------------------------------------------
 # edit: regenerate one region of an existing file, conditioned on an instruction and the code
 # around it. Every byte outside the region is copied as is.
-
-
-@dataclass(frozen=True)
-class Edited:
-    code: str  # the new file: the source with the region rewritten (and repaired, if that was kept)
-    region: tuple[int, int]  # the byte span of the source that was rewritten
-    new_region: tuple[int, int]  # the byte span of its replacement in code
-    prompt_tokens: int
-    context_tokens: int  # tokens of the unchanged text around the region, on the canvas
-    region_tokens: int  # tokens of the region before the edit
-    tokens: int  # tokens the draft kept for the region (end and pad tokens dropped)
-    canvas: int  # masks the sampler filled: the region's budget
-    forward: int  # forward passes of the draft
-    seconds: float  # sampling wall time of the draft
-    original_errors: int | None  # syntax issues in the source (None: the language is not checked)
-    errors_after: int | None  # syntax issues left in code
-    repair: Repaired | None = None  # what the repair pass did (None: not needed, or off)
-    repair_used: bool = False  # its result is in code (it is dropped if it touched text outside the region)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.forward if self.forward else 0.0
-
-    @property
-    def broke(self) -> bool:
-        """The source parsed and code does not."""
-        return self.original_errors == 0 and bool(self.errors_after)
-
-    def metadata(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "region": {"start_byte": self.region[0], "end_byte": self.region[1]},
-            "new_region": {"start_byte": self.new_region[0], "end_byte": self.new_region[1]},
-            "prompt_tokens": self.prompt_tokens,
-            "context_tokens": self.context_tokens,
-            "region_tokens": self.region_tokens,
-            "tokens": self.tokens,
-            "canvas": self.canvas,
-            "forward_passes": self.forward,
-            "tokens_per_forward": round(self.tokens_per_forward, 3),
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
-            "original_errors": self.original_errors,
-            "errors_after": self.errors_after,
-        }
-        if self.repair is not None:
-            out["repair"] = {**repair_metadata(self.repair), "used": self.repair_used}
-        return out
 
 
 def edit_budget(region_tokens: int) -> int:
@@ -290,9 +192,9 @@ def edit(
     repair_rounds: int = 3,
     name: str = "the file",
     repair_tries: int = REPAIR_TRIES,
-) -> Iterator[Step | RepairRound | Edited]:
+) -> Iterator[Started | Step | RepairRound | Edited]:
     """Rewrite the byte span `region` of source (whole lines) as `instruction` asks. Yields the
-    draft's steps, the repair pass's steps and rounds when the edit broke the syntax, then Edited.
+    draft's Started and steps, the repair pass's tries when the edit broke the syntax, then Edited.
 
     The canvas is prompt + text before the region + masks + text after it, so the model sees the
     code on both sides (a block-causal model such as dcode-tiny only uses what comes before).
@@ -343,6 +245,7 @@ def edit(
     fill[start : start + budget] = True
 
     # 2) the same sampler fills the masks; a region in the middle of the file must not end it
+    yield Started((len(ids), len(canvas)), ((start, start + budget),))  # the view shows the whole file
     began = time.perf_counter()
     last: Step | None = None
     for last in denoise(model, canvas, start, replace(config, stop_at_eos=False), fill=fill):

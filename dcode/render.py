@@ -1,14 +1,15 @@
 """Pure Rich renderables for the live refinement view: a step becomes a Frame, a Frame becomes Text.
 
-Owns what a frame of the live view shows (`describe`, `Describer`) and how it looks
-(`render_canvas`, `render_status`, `export_svg`). Knows nothing about Textual, threads, models or
-the terminal, and does not import torch: tensors are read through `.tolist()`. The Textual app
+Owns what a frame of the live view shows (`step_frame`, `Describer`, which reads the typed events of
+dcode.events) and how it looks (`render_canvas`, `render_status`, `export_svg`). Knows nothing
+about Textual, threads, models or the terminal, and does not import torch: tensors are read
+through `.tolist()`. The Textual app
 (dcode.tui) and the plain Rich Live fallback both draw with these functions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from io import StringIO
 from pathlib import Path
@@ -18,6 +19,8 @@ from rich.console import Console, Group
 from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
+
+from dcode.events import Edited, Event, Finished, Repaired, Started, Step
 
 MASK = "·"  # one placeholder character per masked token
 MASK_STYLE = Style(dim=True)
@@ -61,17 +64,12 @@ class Frame:
 
 
 def _ints(values: Any) -> list[int]:
-    """A tensor (via .tolist()) or any iterable of ints, as a list of ints."""
-    if hasattr(values, "tolist"):
+    """A sequence of ints, or a tensor (read with .tolist(), so this module needs no torch), as a list of ints."""
+    if not isinstance(values, Sequence | int):
         values = values.tolist()
     if isinstance(values, int):
         return [values]
     return [int(v) for v in values]
-
-
-def is_step(event: object) -> bool:
-    """Duck-typed check for a sampler Step, so this module never imports torch."""
-    return all(hasattr(event, name) for name in ("canvas", "committed", "forward", "masked"))
 
 
 def token_pieces(
@@ -104,8 +102,8 @@ def token_pieces(
     return out
 
 
-def describe(
-    step: Any,
+def step_frame(
+    step: Step,
     pieces: Sequence[str | None],
     start: int,
     *,
@@ -141,14 +139,13 @@ def describe(
 
 
 class Describer:
-    """`describe` for one run's stream of events: `describer(event, elapsed) -> Frame | None`.
+    """`step_frame` for one run's stream of events: `describer(event, elapsed) -> Frame | None`.
 
-    Decodes each token id once; finds the answer region from `start` (prompt tokens) or, given
-    the answer `length` instead, from the first step (later canvases, such as the repair pass's,
-    keep the prompt but not the length). Counts passes and committed tokens over the whole run.
-    Positions masked again after being filled (a repair round) are marked re-masked while they
-    stay masked. A final event with a `code` attribute (pipeline.Finished, repair.Repaired) gives
-    a settled frame showing exactly that code; other events give None.
+    Decodes each token id once. A Started event says where the answer region begins on the canvas
+    and, for a repair try, which positions it masked again (drawn apart while they stay masked);
+    a Step gives a frame, counting passes and committed tokens over the whole run (draft, then
+    repair tries); a result (Finished, Edited, Repaired) gives a settled frame showing exactly its
+    code; a RepairRound gives None.
     """
 
     def __init__(
@@ -158,28 +155,34 @@ class Describer:
         *,
         model: str,
         device: str,
-        start: int | None = None,
-        length: int | None = None,
         language: str = "python",
         hidden: Iterable[int] = (),
     ) -> None:
-        if start is None and length is None:
-            raise ValueError("give the prompt's token count (start) or the answer length")
-        self.tokenizer, self.mask_id, self.start, self.length = tokenizer, mask_id, start, length
+        self.tokenizer, self.mask_id = tokenizer, mask_id
         self.model, self.device, self.language = model, device, language
         self.hidden = frozenset(hidden)
+        self.start = 0  # canvas position where the answer region begins (from Started)
         self._cache: dict[int, str] = {}
-        self._masked: set[int] | None = None  # answer offsets masked in the previous frame
-        self._remasked: set[int] = set()  # canvas positions re-masked and still masked
+        self._remasked: set[int] = set()  # canvas positions a repair try masked again, still masked
         self._passes = self._committed = self._round = 0
         self._last: Frame | None = None
 
-    def __call__(self, event: object, elapsed: float) -> Frame | None:
-        if is_step(event):
-            return self._step(event, elapsed)
-        code = getattr(event, "code", None)
-        if not isinstance(code, str):
-            return None
+    def __call__(self, event: Event, elapsed: float) -> Frame | None:
+        match event:
+            case Started(span=(start, _), fill=fill, repair_round=round_):
+                self.start = start
+                if round_:
+                    self._round += 1
+                    self._remasked = {p for a, b in fill for p in range(a, b)}
+                return None
+            case Step():
+                return self._step(event, elapsed)
+            case Finished(code=code) | Edited(code=code) | Repaired(code=code):
+                return self._settled(code, elapsed)
+            case _:
+                return None
+
+    def _settled(self, code: str, elapsed: float) -> Frame:
         base = self._last or Frame((), frozenset(), frozenset(), self.model, self.device, 0, 0, 0, elapsed)
         return replace(
             base,
@@ -192,22 +195,14 @@ class Describer:
             settled=True,
         )
 
-    def _step(self, step: Any, elapsed: float) -> Frame:
+    def _step(self, step: Step, elapsed: float) -> Frame:
         ids = _ints(step.canvas)
-        if self.start is None:
-            self.start = max(0, len(ids) - (self.length or 0))
         start = self.start
         pieces = token_pieces(self.tokenizer, ids[start:], self.mask_id, hidden=self.hidden, cache=self._cache)
-        masked = {i for i, piece in enumerate(pieces) if piece is None}
-        fresh = masked - self._masked if self._masked is not None else set()
-        if fresh:  # masks where the last frame had tokens: a repair round began
-            self._round += 1
-            self._remasked |= {start + i for i in fresh}
-        self._remasked &= {start + i for i in masked}
-        self._masked = masked
+        self._remasked &= {start + i for i, piece in enumerate(pieces) if piece is None}
         self._passes += 1
         self._committed += len(_ints(step.committed))
-        self._last = describe(
+        self._last = step_frame(
             step,
             pieces,
             start,
@@ -221,6 +216,12 @@ class Describer:
             repair_round=self._round,
         )
         return self._last
+
+
+# What the live views take: a callable that starts the stream, and one that turns an event into
+# a frame (a Describer).
+EventSource = Callable[[], Iterator[Event]]
+DescribeEvent = Callable[[Event, float], Frame | None]
 
 
 def highlight(code: str, language: str) -> Text:

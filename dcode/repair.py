@@ -13,16 +13,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.events import Repaired, RepairRound, Span, Started, Step
 from dcode.fixes import confined, deleted, narrowest, progress, resembles
 from dcode.models.base import Denoiser, ModelFacts
-from dcode.sampler import Step, denoise
+from dcode.sampler import denoise
 from dcode.syntax import (
     BLOCK_TYPES,
     STATEMENT_TYPES,
@@ -57,45 +58,6 @@ RETRY_TEMPERATURE = 1.2
 # valid at +236% time at 1.2, 76% -> 100% at +70% at 0.8.
 LEFT_TO_RIGHT_RETRY_TEMPERATURE = 0.8
 
-
-@dataclass(frozen=True)
-class Span:
-    start_byte: int  # [start_byte, end_byte) in the round's input text, snapped to whole tokens
-    end_byte: int
-    tokens: tuple[int, int]  # [first, end) token indices of that text re-masked for this span
-    reason: str  # the issue(s) and how far the round widened them
-
-
-@dataclass(frozen=True)
-class RepairRound:
-    round: int  # 1-based
-    attempt: int  # 1-based try within the round: the same spans, refilled with another seed
-    issues: tuple[Issue, ...]  # what the round addressed (kind, line, message, span)
-    spans: tuple[Span, ...]  # what it re-masked, merged, in text order
-    tokens: int  # tokens re-masked
-    masks: int  # masks placed: the re-masked tokens plus room for a longer fix
-    forward: int  # forward passes this round
-    issues_after: int  # issues in the round's result
-    kept: bool  # the result had fewer issues than the best so far and replaced it
-    restored: int  # lines of the result put back as they were, since the fix did not need them
-
-
-@dataclass(frozen=True)
-class Repaired:
-    code: str  # the best text seen: never more issues than the input
-    issues_before: int
-    issues_after: int
-    issues: tuple[Issue, ...]  # what is left in code
-    rounds: int  # rounds that ran the sampler
-    attempts: int  # sampler runs over all rounds (a round tries again until one is kept)
-    spans: int  # spans regenerated, over all rounds
-    tokens: int  # tokens re-masked, over all rounds
-    forward: int  # extra forward passes, over all rounds
-    seconds: float
-    note: str = ""  # why repair stopped early or did not run ("" when it simply finished)
-
-
-Event = Step | RepairRound | Repaired
 
 # Who wrote the text being repaired. "draft": the model, the whole answer (dcode new): a fix may
 # redraft it from the broken statement on and rename what it defines. "edit": the model, a region
@@ -149,8 +111,8 @@ def tokens_for_span(offsets: Sequence[tuple[int, int]], start_byte: int, end_byt
 # other line as it was.
 
 
-def whole_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
-    """The lines holding [start, end), without the last line's ending."""
+def covering_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
+    """The lines holding [start, end), without the last line's ending (unlike dcode.edit.whole_lines)."""
     return line_span(data, start)[0], line_span(data, max(start, end - 1))[1]
 
 
@@ -173,7 +135,7 @@ def enclosing(
     while node is not None and node.parent is not None:
         if stop is not None and stop.search(node.type):
             return None
-        lines = whole_lines(data, node.start_byte, node.end_byte)
+        lines = covering_lines(data, node.start_byte, node.end_byte)
         if kinds.search(node.type) and lines[0] <= span[0] and lines[1] >= span[1] and lines != span:
             return node
         node = node.parent
@@ -185,7 +147,7 @@ def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]
     the issue's span, else the issue's own line. A tree-sitter ERROR can cover a whole function;
     the broken line inside it is usually one."""
     if hint is not None:
-        first, last = whole_lines(data, issue.start_byte, issue.end_byte)
+        first, last = covering_lines(data, issue.start_byte, issue.end_byte)
         if first <= hint.start_byte <= last:
             return line_span(data, hint.start_byte)
     return line_span(data, line_start(data, issue.line))
@@ -220,7 +182,7 @@ def widen(
         found = enclosing(anchor, kinds, data, span, DEFINITIONS if step == 2 else None)
         if found is not None:
             anchor, scope = found, f"enclosing {found.type}"
-            span = whole_lines(data, found.start_byte, found.end_byte)
+            span = covering_lines(data, found.start_byte, found.end_byte)
             if step == 2:  # a broken line often shows as an error on the next one
                 span = (with_context(data, span, 1, after=False)[0], span[1])
                 scope += " and the line before"
@@ -299,11 +261,11 @@ def repair(
     rounds: int = 3,
     tries: int = REPAIR_TRIES,
     origin: Origin = "file",
-) -> Iterator[Event]:
+) -> Iterator[Started | Step | RepairRound | Repaired]:
     """Re-mask the spans around code's syntax issues and let the sampler fill them again, widening
     the spans each round; each round fills its masks up to `tries` times until a result is kept.
     `origin` says who wrote code (see Origin): it decides what a round may change. Yields every
-    sampler Step, a RepairRound after each try, then Repaired.
+    try's Started and sampler Steps, a RepairRound after each try, then Repaired.
 
     Text outside the re-masked spans is copied byte for byte; a round's result is kept only if it
     has fewer issues than the best so far. An unknown language (or a grammar that will not load)
@@ -349,6 +311,7 @@ def repair(
         banned = culprits(data, ids, offsets, [hint] if hint is not None else best_issues)
         for attempt in range(1, tries + 1):
             run = config if attempt == 1 and not replays(facts, origin) else retry(config, attempt)
+            yield Started((len(prompt_ids), len(canvas)), tuple(regions), repair_round=number, attempt=attempt)
             last: Step | None = None
             for last in denoise(model, canvas, len(prompt_ids), run, fill=fill, ban=banned if attempt > 1 else ()):
                 yield last
@@ -444,12 +407,3 @@ def retry(config: SamplerConfig, attempt: int) -> SamplerConfig:
     LEFT_TO_RIGHT_RETRY_TEMPERATURE for the verify rule), with its own seed."""
     least = LEFT_TO_RIGHT_RETRY_TEMPERATURE if config.rule == "verify" else RETRY_TEMPERATURE
     return replace(config, temperature=max(config.temperature, least), seed=config.seed + attempt - 1)
-
-
-def repaired(events: Iterator[Event]) -> Repaired:
-    """Drain repair(); its last event is the Repaired record."""
-    last: Event | None = None
-    for event in events:
-        last = event
-    assert isinstance(last, Repaired)
-    return last

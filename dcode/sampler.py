@@ -13,12 +13,12 @@ the benchmarks and the tests all consume this generator; "just the result" is fi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import torch
 
 from dcode.config import SamplerConfig
+from dcode.events import Step
 from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
 from dcode.rules import (
     SCORES,
@@ -36,21 +36,6 @@ from dcode.rules import (
     schedule_counts,
     verified_run,
 )
-
-
-@dataclass(frozen=True)
-class Step:
-    canvas: torch.Tensor  # (L,) token ids after this pass (on the CPU)
-    committed: torch.Tensor  # (n,) canvas positions filled by this pass
-    scores: torch.Tensor  # (n,) their ordering scores (higher = more certain)
-    block: tuple[int, int]  # the block being decoded, [start, end)
-    forward: int  # forward passes so far, this one included
-    input_tokens: int  # tokens fed to this forward pass (less than L with the cache)
-    masked: int  # positions left to fill after this pass (they hold the mask id in `canvas`)
-    done: bool  # nothing is left to fill
-    renoised: int = 0  # positions fed as fresh random tokens to this pass (uniform-noise models)
-    rows: int = 1  # canvases this pass fed side by side (the verify rule's drafts)
-
 
 # ---------------------------------------------------------------------------------------------
 # Uniform noise and the per-block schedule (DiffusionGemma, transformers generation_diffusion_gemma)

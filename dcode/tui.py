@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
 from typing import Literal
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from dcode.render import Frame, active_line, is_step, render_canvas, render_status
+from dcode.events import Event, drain
+from dcode.render import DescribeEvent, EventSource, Frame, active_line, render_canvas, render_status
 
-Events = Callable[[], Iterator[object]]
-DescribeEvent = Callable[[object, float], Frame | None]
 View = Literal["auto", "textual", "rich", "none"]
 
 
@@ -43,9 +41,9 @@ def pick_view() -> Literal["textual", "rich"]:
 
 
 def run_live(
-    events: Events, describe_event: DescribeEvent, *, view: View = "auto", exit_when_done: bool = False
-) -> object:
-    """Run the event stream under a live view and return its last non-step event (the Finished).
+    events: EventSource, describe_event: DescribeEvent, *, view: View = "auto", exit_when_done: bool = False
+) -> Event | None:
+    """Run the event stream under a live view and return its last event (its result record).
 
     view: "textual" (the app on the terminal, via stderr), "rich" (Rich Live on stderr, no keys),
     "none" (just drain), "auto" (pick_view()). Cancelling (q, ctrl+c) raises KeyboardInterrupt;
@@ -54,37 +52,32 @@ def run_live(
     if view == "auto":
         view = pick_view()
     if view == "none":
-        result: object = None
-        for event in events():
-            if not is_step(event):
-                result = event
-        return result
+        return drain(events())
     if view == "rich":
         return run_rich(events, describe_event)
     from dcode.tui_app import LiveApp
 
-    outcome = LiveApp(events, describe_event, exit_when_done=exit_when_done).run()
-    if outcome is None or outcome.cancelled:
+    ending = LiveApp(events, describe_event, exit_when_done=exit_when_done).run()
+    if ending is None or ending.cancelled:
         raise KeyboardInterrupt
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.result
+    if ending.error is not None:
+        raise ending.error
+    return ending.result
 
 
-def run_rich(events: Events, describe_event: DescribeEvent, console: Console | None = None) -> object:
+def run_rich(events: EventSource, describe_event: DescribeEvent, console: Console | None = None) -> Event | None:
     """The fallback: the same canvas and status in a transient Rich Live on stderr, on this
-    thread (so ctrl+c raises KeyboardInterrupt here). Returns the last non-step event."""
+    thread (so ctrl+c raises KeyboardInterrupt here). Returns the stream's last event."""
     console = console or Console(stderr=True)
     began = time.perf_counter()
-    result: object = None
+
+    def draw(event: Event) -> None:
+        frame = describe_event(event, time.perf_counter() - began)
+        if frame is not None:
+            live.update(live_frame(frame, console))
+
     with Live(console=console, transient=True, refresh_per_second=15) as live:
-        for event in events():
-            if not is_step(event):
-                result = event
-            frame = describe_event(event, time.perf_counter() - began)
-            if frame is not None:
-                live.update(live_frame(frame, console))
-    return result
+        return drain(events(), draw)
 
 
 def live_frame(frame: Frame, console: Console) -> Group:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual import events as textual_events
@@ -21,10 +19,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from dcode.render import Frame, active_line, is_step, render_canvas, render_status
-
-if TYPE_CHECKING:
-    from dcode.tui import DescribeEvent, Events  # dcode.tui imports this module when it draws
+from dcode.events import Event, drain
+from dcode.render import DescribeEvent, EventSource, Frame, active_line, render_canvas, render_status
 
 FRAMES_PER_SECOND = 8  # most frames the worker posts
 CATCH_UP_PER_SECOND = 4  # how often the app looks for a frame it held back
@@ -36,12 +32,16 @@ VIEW_CPU_SHARE = 0.05
 
 
 @dataclass(frozen=True)
-class Outcome:
+class LiveResult:
     """What LiveApp.run() returns."""
 
-    result: object = None  # the stream's last non-step event (pipeline.Finished); None if none
+    result: Event | None = None  # the stream's last event (its result record); None if it yielded none
     cancelled: bool = False  # q or ctrl+c before the stream ended
     error: Exception | None = None  # what the event source raised
+
+
+class Cancelled(Exception):
+    """Raised between events to stop the stream when the user cancels."""
 
 
 class FrameReady(Message):
@@ -51,9 +51,9 @@ class FrameReady(Message):
 
 
 class StreamOver(Message):
-    def __init__(self, outcome: Outcome, frame: Frame | None) -> None:
+    def __init__(self, ended: LiveResult, frame: Frame | None) -> None:
         super().__init__()
-        self.outcome = outcome
+        self.ended = ended
         self.frame = frame
 
 
@@ -93,7 +93,7 @@ class CanvasView(ScrollView):
         return strip.crop_extend(scroll_x, scroll_x + width, self.rich_style)
 
 
-class LiveApp(App[Outcome]):
+class LiveApp(App[LiveResult]):
     """Draws the canvas as the sampler refines it. q / ctrl+c cancel, p pauses; once done the
     settled frame stays until any key (or the app exits at once with exit_when_done)."""
 
@@ -109,7 +109,7 @@ class LiveApp(App[Outcome]):
 
     def __init__(
         self,
-        events: Events,
+        events: EventSource,
         describe_event: DescribeEvent,
         *,
         exit_when_done: bool = False,
@@ -123,7 +123,7 @@ class LiveApp(App[Outcome]):
         self.cancelled = threading.Event()  # checked by the worker between steps
         self.running = threading.Event()  # cleared while paused: the worker pulls no event
         self.running.set()
-        self.outcome: Outcome | None = None  # set once the stream is over
+        self.ended: LiveResult | None = None  # set once the stream is over
         self.frame: Frame | None = None  # the frame on screen, redrawn with a note
         self.latest: Frame | None = None  # the worker's newest frame, posted or held back
         self.cpu_at_start = self.wall_at_start = 0.0  # UI thread CPU time and clock when the sampler started
@@ -160,39 +160,33 @@ class LiveApp(App[Outcome]):
         paused = 0.0  # seconds spent paused, left out of elapsed
         posted = 0.0  # when the last frame was posted
         last: Frame | None = None
-        result: object = None
-        stream: Iterator[object] | None = None
-        try:
-            stream = iter(self.events())
-            while True:
-                if not self.running.is_set():
-                    waited = time.perf_counter()
-                    self.running.wait()
-                    paused += time.perf_counter() - waited
-                if self.cancelled.is_set():
-                    return
-                try:
-                    event = next(stream)
-                except StopIteration:
-                    break
-                if not is_step(event):
-                    result = event
-                frame = self.describe_event(event, time.perf_counter() - began - paused)
-                if frame is None:
-                    continue
+
+        def show(event: Event) -> None:
+            """Describe and post one event, then hold the stream while paused; between events
+            is where a cancel stops it."""
+            nonlocal paused, posted, last
+            frame = self.describe_event(event, time.perf_counter() - began - paused)
+            if frame is not None:
                 last = self.latest = frame
                 now = time.perf_counter()
                 if now - posted >= 1 / FRAMES_PER_SECOND:
                     self.post_message(FrameReady(frame))
                     posted = now
-        except Exception as error:  # handed to the caller, who reports it
-            self.post_message(StreamOver(Outcome(error=error), last))
+            if not self.running.is_set():
+                waited = time.perf_counter()
+                self.running.wait()
+                paused += time.perf_counter() - waited
+            if self.cancelled.is_set():
+                raise Cancelled
+
+        try:
+            result = drain(self.events(), show)  # closes the stream here, in its own thread
+        except Cancelled:
             return
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()  # a generator's cleanup runs here, in its own thread
-        self.post_message(StreamOver(Outcome(result=result), last))
+        except Exception as error:  # handed to the caller, who reports it
+            self.post_message(StreamOver(LiveResult(error=error), last))
+            return
+        self.post_message(StreamOver(LiveResult(result=result), last))
 
     # -- the UI thread: draws frames, handles keys --------------------------------------------------
 
@@ -204,7 +198,7 @@ class LiveApp(App[Outcome]):
         if self.frame is None:
             return
         note = ""
-        if self.outcome is not None:
+        if self.ended is not None:
             note = "any key closes"
         elif not self.running.is_set():
             note = "paused"
@@ -218,33 +212,33 @@ class LiveApp(App[Outcome]):
             scroll.scroll_to(y=max(0, line - scroll.size.height // 2), animate=False, immediate=True)
 
     def catch_up(self) -> None:
-        if self.outcome is None and self.latest is not None and self.latest is not self.frame and self.within_budget():
+        if self.ended is None and self.latest is not None and self.latest is not self.frame and self.within_budget():
             self.draw(self.latest)
 
     def on_frame_ready(self, message: FrameReady) -> None:
-        if self.outcome is None and self.within_budget():  # else catch_up draws the latest frame later
+        if self.ended is None and self.within_budget():  # else catch_up draws the latest frame later
             self.draw(message.frame)
 
     def on_stream_over(self, message: StreamOver) -> None:
         if self.cancelled.is_set():
             return
-        self.outcome = message.outcome
-        if message.outcome.error is not None or self.exit_when_done:
-            self.exit(message.outcome)
+        self.ended = message.ended
+        if message.ended.error is not None or self.exit_when_done:
+            self.exit(message.ended)
         else:
             self.draw(message.frame)
 
     def action_cancel(self) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
+        if self.ended is not None:
+            self.exit(self.ended)
             return
         self.cancelled.set()
         self.running.set()  # a paused worker wakes up, sees the flag and stops
-        self.exit(Outcome(cancelled=True))
+        self.exit(LiveResult(cancelled=True))
 
     def action_pause(self) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
+        if self.ended is not None:
+            self.exit(self.ended)
             return
         if self.running.is_set():
             self.running.clear()
@@ -253,5 +247,5 @@ class LiveApp(App[Outcome]):
         self.draw(None)
 
     def on_key(self, event: textual_events.Key) -> None:
-        if self.outcome is not None:
-            self.exit(self.outcome)
+        if self.ended is not None:
+            self.exit(self.ended)

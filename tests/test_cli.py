@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from dcode import pipeline, sampler
 from dcode.cli import app
-from dcode.config import ORDERINGS, RULES
+from dcode.config import ORDERINGS, RULES, SamplerConfig
 from dcode.models import EMBEDDED
 from dcode.syntax import LANGUAGES, find_issues
 
@@ -747,3 +747,64 @@ def test_end_to_end_default_length_with_the_shipped_model(tmp_path: Path) -> Non
     assert report["path"] == str(target)
     assert target.read_text(encoding="utf-8") == report["code"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["merge.py"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options: declared once in dcode.options, built into every command, listed in the README
+
+
+def readme_option_rows() -> dict[str, tuple[str, str]]:
+    """The README's option table: flag cell -> (env var cell, default cell)."""
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    table = text.split("| option | env var | default | meaning |\n|---|---|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    return {flag: (env, default) for flag, env, default, *_ in rows}
+
+
+def test_the_readme_option_table_matches_the_declarations() -> None:
+    from dcode.options import ALL
+
+    rows = readme_option_rows()
+    assert "`--threshold`" in rows and len(rows) >= len(ALL)  # the table was found and read
+    for option in ALL:
+        flag = f"`{option.short}, {option.flag}`" if option.short else f"`{option.flag}`"
+        assert flag in rows, f"README has no row for {flag}"
+        env, default = rows[flag]
+        assert env == f"`{option.env}`", flag
+        assert default.startswith(option.shown_default), (flag, default, option.shown_default)
+
+
+@pytest.mark.parametrize("command", ["new", "edit", "repair"])
+def test_commands_build_their_options_from_the_declarations(command: str) -> None:
+    """Each declared option a command takes has the declared flag, env var, help and default."""
+    import typer.main
+
+    from dcode.options import BY_NAME, REPAIR_TRIES_OPTION, SAMPLER
+
+    params = {p.name: p for p in typer.main.get_command(app).commands[command].params}  # type: ignore[attr-defined]
+    declared = [o for o in BY_NAME.values() if o.name in params]
+    assert len(declared) >= 8 and ("threshold" in params) == (command != "repair")
+    for option in declared:
+        param = params[option.name]
+        flags = [*param.opts, *param.secondary_opts]
+        assert "/".join(f for f in flags if f.startswith("--")) == option.flag
+        assert (param.envvar, param.help) == (option.env, option.help)
+        if option.name != "repair_tries":  # `dcode repair` tries harder; see below
+            assert param.default == option.default
+    if command == "repair":
+        assert params["repair_tries"].default == 4 and params["repair_rounds"].min == 1
+    else:
+        assert params["repair_tries"].default == REPAIR_TRIES_OPTION.default
+    for option in SAMPLER:  # a sampler option's default is SamplerConfig's own
+        assert option.field is not None
+        assert option.default == getattr(SamplerConfig(), option.field)
+
+
+def test_sampler_settings_by_option_name() -> None:
+    from dcode.options import fields_set_by, sampler_settings
+
+    config = sampler_settings({"strategy": "schedule", "steps": 8, "order": "margin", "top_p": 0.5, "port": 1})
+    assert config == SamplerConfig(rule="schedule", steps=8, ordering="margin", top_p=0.5)
+    assert fields_set_by(["strategy", "seed", "port"]) == {"rule", "seed"}
+    with pytest.raises(ValueError, match="unknown strategy"):
+        sampler_settings({"strategy": "fastest"})

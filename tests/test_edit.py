@@ -38,8 +38,8 @@ from dcode.edit import (
     write_backup,
     write_in_place,
 )
+from dcode.events import Started, Step
 from dcode.models import EMBEDDED
-from dcode.sampler import Step
 from dcode.syntax import find_issues
 
 PAD, EOS, MASK = 0, 1, 2  # dcode-tiny's special tokens
@@ -418,7 +418,7 @@ def test_a_symbol_is_rewritten_and_every_other_byte_kept(tokenizer) -> None:
     events = run_edit(model, SOURCE, region)
     done = events[-1]
     assert isinstance(done, pipeline.Edited)
-    assert all(isinstance(e, Step) for e in events[:-1]) and len(events) == 2  # one pass, no repair
+    assert [type(e) for e in events[:-1]] == [Started, Step]  # one pass, no repair
     assert done.code == SOURCE.replace(ADD, SUM + "\n")
     assert_outside_identical(SOURCE, done.code, region, done.new_region)
     assert region_text(done.code, done.new_region) == SUM + "\n"
@@ -522,7 +522,7 @@ def test_a_broken_edit_is_repaired_inside_the_region(tokenizer) -> None:
     region = find_symbol(SOURCE, "python", "add")
     events = run_edit(model, SOURCE, region)
     done = events[-1]
-    assert [type(e).__name__ for e in events] == ["Step", "Step", "RepairRound", "Edited"]
+    assert [type(e).__name__ for e in events] == ["Started", "Step", "Started", "Step", "RepairRound", "Edited"]
     assert done.code == SOURCE.replace(ADD, SUM + "\n")
     assert done.repair is not None and done.repair_used and done.repair.issues_before == 1
     assert (done.original_errors, done.errors_after) == (0, 0)
@@ -633,7 +633,7 @@ class TestCommand:
     @pytest.fixture
     def scripted(self, tokenizer, monkeypatch: pytest.MonkeyPatch):
         """Make the command load a ScriptedDenoiser: call it with the scripts (and options)."""
-        from dcode import cli
+        from dcode.cli import common as cli  # where run_model finds load_model
 
         made: list[ScriptedDenoiser] = []
 

@@ -14,7 +14,7 @@ import torch
 from conftest import write_tiny_checkpoint
 
 from dcode import models
-from dcode.config import SamplerConfig
+from dcode.config import SamplerConfig, merge_family_defaults
 from dcode.models import ModelError
 from dcode.sampler import denoise
 
@@ -365,12 +365,12 @@ def test_special_ids_fall_back_to_the_tokenizer(case: str, tiny_checkpoint: Path
 
 def test_what_dcode_new_runs_with_some_options_set() -> None:
     tiny = {"rule": "entropy-bound", "entropy_bound": 0.6, "threshold": 0.7}
-    alone = models.as_dcode_new_runs(SamplerConfig(threshold=0.5), {"threshold"}, tiny)
+    alone = merge_family_defaults(SamplerConfig(threshold=0.5), {"threshold"}, tiny)
     assert (alone.rule, alone.threshold, alone.entropy_bound) == ("threshold", 0.5, 0.6)  # its own rule
-    assert models.as_dcode_new_runs(SamplerConfig(), set(), tiny) == SamplerConfig(**tiny)  # type: ignore[arg-type]
-    both = models.as_dcode_new_runs(SamplerConfig(threshold=0.5, steps=4), {"threshold", "steps"}, tiny)
+    assert merge_family_defaults(SamplerConfig(), set(), tiny) == SamplerConfig(**tiny)  # type: ignore[arg-type]
+    both = merge_family_defaults(SamplerConfig(threshold=0.5, steps=4), {"threshold", "steps"}, tiny)
     assert both.rule == "entropy-bound"  # two rules' settings: neither is implied, the family's rule stays
-    drafted = models.as_dcode_new_runs(SamplerConfig(draft=4), {"draft"}, tiny)
+    drafted = merge_family_defaults(SamplerConfig(draft=4), {"draft"}, tiny)
     assert (drafted.rule, drafted.draft) == ("verify", 4)
-    chosen = models.as_dcode_new_runs(SamplerConfig(rule="schedule", threshold=0.5), {"rule", "threshold"}, tiny)
+    chosen = merge_family_defaults(SamplerConfig(rule="schedule", threshold=0.5), {"rule", "threshold"}, tiny)
     assert (chosen.rule, chosen.threshold) == ("schedule", 0.5)

@@ -1,5 +1,6 @@
-"""The live view's pure parts: describe a Step as a Frame, render it as Rich Text, checked as exact
-plain text, exact styles of chosen ranges, and text rendered into a fixed-width StringIO Console."""
+"""The live view's pure parts: a Step as a Frame (step_frame, and the Describer over the typed
+events), rendered as Rich Text, checked as exact plain text, exact styles of chosen ranges, and
+text rendered into a fixed-width StringIO Console."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 
-import pytest
 import torch
 from rich.console import Console
 from rich.style import Style
 
+from dcode.events import Finished, RepairRound, Started, Step
 from dcode.render import (
     COMMITTED_STYLE,
     MASK_STYLE,
@@ -21,14 +22,13 @@ from dcode.render import (
     Describer,
     Frame,
     active_line,
-    describe,
     export_svg,
     render_canvas,
     render_frame,
     render_status,
+    step_frame,
     token_pieces,
 )
-from dcode.sampler import Step
 
 PAD, EOS, MASK = 0, 1, 2
 VOCAB = {
@@ -83,7 +83,7 @@ MID = [3, 4, 5, 6, 7, MASK, MASK, MASK, 6, EOS, PAD]
 def mid_frame(**kwargs) -> Frame:
     pieces = token_pieces(Tokenizer(), MID, MASK, hidden=frozenset({EOS, PAD}))
     s = step(MID, committed=[4, 8], forward=3)
-    return describe(s, pieces, len(PROMPT), model="dcode-tiny", device="cpu", elapsed=0.5, **kwargs)
+    return step_frame(s, pieces, len(PROMPT), model="dcode-tiny", device="cpu", elapsed=0.5, **kwargs)
 
 
 def plain(renderable, width: int = 40) -> str:
@@ -126,7 +126,7 @@ def test_token_pieces_real_tokenizer_keeps_layout():
     assert "".join(pieces[:-1]) == source
 
 
-def test_describe_counts_and_positions():
+def test_step_frame_counts_and_positions():
     frame = mid_frame()
     assert frame.pieces == ("def", " add", "(a, b):", "\n", "    return", None, None, None, "\n", "", "")
     assert frame.committed == frozenset({4, 8})  # answer offsets, not canvas positions
@@ -177,13 +177,23 @@ def test_mid_refinement_snapshot():
     assert plain(render_frame(mid_frame()), width=80) == expected
 
 
+def draft_started(answer: int = len(ANSWER)) -> Started:
+    """The Started of a draft over PROMPT + `answer` positions, all of them to fill."""
+    span = (len(PROMPT), len(PROMPT) + answer)
+    return Started(span, (span,))
+
+
 def test_describer_follows_a_repair_round_on_a_shorter_canvas():
-    describer = Describer(Tokenizer(), MASK, length=len(ANSWER), model="m", device="cpu", hidden={EOS, PAD})
+    describer = Describer(Tokenizer(), MASK, model="m", device="cpu", hidden={EOS, PAD})
+    assert describer(draft_started(), 0.0) is None
     draft = describer(step(ANSWER, committed=list(range(len(ANSWER))), forward=1), 0.1)
     assert draft is not None and draft.remasked == frozenset() and draft.repair_round == 0
     assert draft.code == "def add(a, b):\n    return a + b\n"
     # repair: the code's tokens without end/pad, " a + b" masked again plus one mask of room
     canvas = [3, 4, 5, 6, 7, MASK, MASK, MASK, MASK, 6]
+    again = len(PROMPT) + 5, len(PROMPT) + 9
+    answer = (len(PROMPT), len(PROMPT) + len(canvas))
+    assert describer(Started(answer, (again,), repair_round=1, attempt=1), 0.15) is None
     first = describer(step([8 if i == 5 else t for i, t in enumerate(canvas)], committed=[5], forward=1), 0.2)
     assert first is not None and first.repair_round == 1
     assert first.committed == frozenset({5}) and first.remasked == frozenset({6, 7, 8})
@@ -196,20 +206,31 @@ def test_describer_follows_a_repair_round_on_a_shorter_canvas():
     styles = {(span.start, span.end): span.style for span in text.spans}
     assert styles[(27, 31)] == COMMITTED_STYLE and styles[(31, 32)] == REMASK_STYLE  # one span per run
     assert render_status(second).plain.startswith("m · cpu · pass 3 · repair fill 1 · 1 masked · 4.7 tok/pass")
+    # a round's second try counts as the next fill, and only its own Started re-marks positions
+    describer(Started(answer, (again,), repair_round=1, attempt=2), 0.35)
+    retry = describer(step([3, 4, 5, 6, 7, MASK, MASK, MASK, MASK, 6], committed=[], forward=1), 0.4)
+    assert retry is not None and retry.repair_round == 2 and retry.remasked == frozenset({5, 6, 7, 8})
 
 
-def test_describer_needs_start_or_length():
-    with pytest.raises(ValueError):
-        Describer(Tokenizer(), MASK, model="m", device="cpu")
-    describer = Describer(Tokenizer(), MASK, start=len(PROMPT), model="m", device="cpu")
+def test_masks_that_reappear_without_a_started_are_not_a_repair_round():
+    """The Describer reads rounds from Started events, never by watching masks come back."""
+    describer = Describer(Tokenizer(), MASK, model="m", device="cpu", hidden={EOS, PAD})
+    describer(draft_started(), 0.0)
+    describer(step(ANSWER, committed=list(range(len(ANSWER))), forward=1), 0.1)
+    frame = describer(step(MID, committed=[4], forward=2), 0.2)
+    assert frame is not None and frame.repair_round == 0 and frame.remasked == frozenset()
+
+
+def test_describer_takes_the_answer_start_from_started():
+    describer = Describer(Tokenizer(), MASK, model="m", device="cpu")
+    describer(draft_started(), 0.0)
     frame = describer(step(MID, committed=[4], forward=1), 0.1)
-    assert frame is not None and frame.pieces[:2] == ("def", " add")
+    assert frame is not None and frame.pieces[:2] == ("def", " add") and frame.committed == frozenset({4})
 
 
 def test_describer_settles_on_the_finished_code():
-    from dcode.pipeline import Finished
-
-    describer = Describer(Tokenizer(), MASK, length=len(ANSWER), model="m", device="cpu", language="python")
+    describer = Describer(Tokenizer(), MASK, model="m", device="cpu", language="python")
+    describer(draft_started(), 0.0)
     describer(step(MID, committed=[4], forward=3), 0.4)
     code = "def add(a, b):\n    return a + b\n"
     settled = describer(Finished(code=code, prompt_tokens=2, tokens=9, canvas=11, forward=4, seconds=0.5), 0.5)
@@ -218,7 +239,8 @@ def test_describer_settles_on_the_finished_code():
     assert text.plain == code
     styles = {(span.start, span.end): span.style for span in text.spans}
     assert isinstance(styles[(0, 3)], Style) and styles[(0, 3)].color is not None  # "def" as a keyword
-    assert describer(object(), 0.6) is None
+    round_ = RepairRound(1, 1, (), (), 0, 0, 0, 0, kept=False, restored=0)
+    assert describer(round_, 0.6) is None
 
 
 def test_export_svg(tmp_path):
@@ -265,7 +287,7 @@ def readme_frame() -> Frame:
     )
     hidden = frozenset({tokenizer.eos_token_id, tokenizer.pad_token_id})
     pieces = token_pieces(tokenizer, canvas, mask, hidden=hidden)
-    return describe(s, pieces, len(prompt), model="dcode-tiny", device="cpu", elapsed=0.21)
+    return step_frame(s, pieces, len(prompt), model="dcode-tiny", device="cpu", elapsed=0.21)
 
 
 def test_readme_frame_renders(tmp_path):

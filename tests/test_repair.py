@@ -12,22 +12,19 @@ from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
+from dcode.events import Repaired, RepairRound, Started, Step, drain
 from dcode.fixes import confined, deleted, narrowest, resembles
 from dcode.linediff import hunks
 from dcode.models.base import ModelFacts
 from dcode.repair import (
-    Repaired,
-    RepairRound,
     byte_offsets,
     culprits,
     repair,
-    repaired,
     room,
     tokenize,
     tokens_for_span,
     widen,
 )
-from dcode.sampler import Step
 from dcode.syntax import compile_issue, find_issues, language_of
 
 PAD, EOS, MASK = 0, 1, 2
@@ -316,13 +313,20 @@ def test_round_events_carry_the_right_counts(tokenizer) -> None:
     events = run(model, two, rounds=2)
     done = events[-1]
     assert isinstance(done, Repaired)
-    assert all(isinstance(e, Step | RepairRound) for e in events[:-1])
+    assert all(isinstance(e, Started | Step | RepairRound) for e in events[:-1])
     rounds: list[RepairRound] = []
     steps_since = 0
+    started: Started | None = None
     for event in events[:-1]:
+        if isinstance(event, Started):
+            assert steps_since == 0  # each try starts with its Started, before its first Step
+            started = event
+            continue
         if isinstance(event, Step):
             steps_since += 1
             continue
+        assert started is not None and (started.repair_round, started.attempt) == (event.round, event.attempt)
+        assert sum(b - a for a, b in started.fill) == event.masks  # the Started names every mask
         rounds.append(event)
         assert event.forward == steps_since  # one Step per forward pass, all re-yielded
         steps_since = 0
@@ -358,7 +362,7 @@ def test_unknown_language_returns_the_input_untouched(tokenizer) -> None:
     done = events[0]
     assert done.code == "IDENTIFICATION DIVISION.\n" and done.rounds == 0 and model.forwards == 0
     assert "unknown language" in done.note
-    assert repaired(iter(events)) is done
+    assert drain(iter(events)) is done
 
 
 def test_byte_offsets_of_multibyte_characters() -> None:
@@ -394,7 +398,7 @@ def test_repair_imports_only_what_sits_below_it() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     ours = {m for m in imported if m.split(".")[0] == "dcode"}
-    assert ours <= {"dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base", "dcode.fixes"}
+    assert ours <= {"dcode.events", "dcode.sampler", "dcode.syntax", "dcode.config", "dcode.models.base", "dcode.fixes"}
 
 
 def test_repair_benchmark_counts_bytes_left_in_place() -> None:

@@ -1,5 +1,5 @@
-"""The live view driven with App.run_test() and Pilot over a fake event source: hand-made Steps
-(torch tensors) and a final pipeline.Finished, counting how many events the worker pulled."""
+"""The live view driven with App.run_test() and Pilot over a fake event source: a Started,
+hand-made Steps (torch tensors) and a final Finished, counting how many events the worker pulled."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from io import StringIO
 
 import pytest
 from rich.console import Console
-from test_render import ANSWER, EOS, MASK, PAD, Tokenizer, step
+from test_render import ANSWER, EOS, MASK, PAD, Tokenizer, draft_started, step
 from textual.widgets import Static
 
 from dcode import tui
-from dcode.pipeline import Finished
+from dcode.events import Finished, Started
 from dcode.render import COMMITTED_STYLE, MASK_STYLE, Describer
 from dcode.tui import live_frame, run_live, run_rich
-from dcode.tui_app import CanvasView, LiveApp, Outcome
+from dcode.tui_app import CanvasView, LiveApp, LiveResult
 
 CODE = "def add(a, b):\n    return a + b\n"
 FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
@@ -40,18 +40,27 @@ STEPS = refinement()
 
 
 class Source:
-    """The fake pipeline: `steps` then FINISHED (or `fail` raised), `delay` seconds before each;
-    `gate`, when given, is waited on before each event after the first two."""
+    """The fake pipeline: `started`, then `steps` then FINISHED (or `fail` raised), `delay` seconds
+    before each; `gate`, when given, is waited on before each event after the first two. `pulled`
+    counts the steps and FINISHED."""
 
     def __init__(
-        self, steps: list, *, delay: float = 0.0, fail: Exception | None = None, gate: threading.Event | None = None
+        self,
+        steps: list,
+        *,
+        delay: float = 0.0,
+        fail: Exception | None = None,
+        gate: threading.Event | None = None,
+        started: Started | None = None,
     ) -> None:
         self.steps, self.delay, self.fail, self.gate = steps, delay, fail, gate
+        self.started = started or draft_started()
         self.pulled = 0
         self.closed = False
 
     def __call__(self):
         try:
+            yield self.started
             for i, s in enumerate([*self.steps, FINISHED]):
                 if self.gate is not None and i > 1:
                     self.gate.wait(timeout=5)
@@ -65,7 +74,7 @@ class Source:
 
 
 def describer() -> Describer:
-    return Describer(Tokenizer(), MASK, length=len(ANSWER), model="fake", device="cpu", hidden={EOS, PAD})
+    return Describer(Tokenizer(), MASK, model="fake", device="cpu", hidden={EOS, PAD})
 
 
 def canvas_text(app: LiveApp) -> str:
@@ -83,7 +92,7 @@ async def until(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> 
         await pilot.pause(0.02)
 
 
-def drive(app: LiveApp, script) -> Outcome | None:
+def drive(app: LiveApp, script) -> LiveResult | None:
     """Run `script(pilot)` against the app in headless mode; the app's return value."""
 
     async def main() -> None:
@@ -94,11 +103,11 @@ def drive(app: LiveApp, script) -> Outcome | None:
     return app.return_value
 
 
-def drive_to_the_end(app: LiveApp) -> Outcome | None:
+def drive_to_the_end(app: LiveApp) -> LiveResult | None:
     """Run until the stream is over, check the settled code is on screen, close with a key."""
 
     async def script(pilot):
-        await until(pilot, lambda: app.outcome is not None)
+        await until(pilot, lambda: app.ended is not None)
         assert canvas_text(app) == CODE
         await pilot.press("enter")
 
@@ -118,7 +127,7 @@ def test_steps_render_then_the_final_frame_stays_until_a_key():
         # "def add(a, b):", the second pass's three tokens, as one highlighted run; then the masks
         assert [(s.start, s.end, s.style) for s in spans] == [(0, 14, COMMITTED_STYLE), (14, 20, MASK_STYLE)]
         gate.set()
-        await until(pilot, lambda: app.outcome is not None)
+        await until(pilot, lambda: app.ended is not None)
         assert canvas_text(app) == CODE
         assert status_text(app).startswith(" any key closes  fake · cpu · pass 4 · done")
         spans = app.query_one("#canvas", CanvasView).text.spans
@@ -127,8 +136,8 @@ def test_steps_render_then_the_final_frame_stays_until_a_key():
         assert app.is_running  # still showing the final frame
         await pilot.press("x")
 
-    outcome = drive(app, script)
-    assert outcome == Outcome(result=FINISHED)
+    ended = drive(app, script)
+    assert ended == LiveResult(result=FINISHED)
     assert source.pulled == len(STEPS)
 
 
@@ -140,7 +149,7 @@ def test_q_cancels_without_draining_the_source():
         await until(pilot, lambda: source.pulled >= 3)
         await pilot.press("q")
 
-    assert drive(app, script) == Outcome(cancelled=True)
+    assert drive(app, script) == LiveResult(cancelled=True)
     assert source.pulled < len(STEPS) * 60
     assert source.closed  # the worker closed the generator in its own thread
 
@@ -162,7 +171,7 @@ def test_p_pauses_consumption_and_resumes():
         assert "paused" not in status_text(app)
         await pilot.press("ctrl+c")
 
-    assert drive(app, script) == Outcome(cancelled=True)
+    assert drive(app, script) == LiveResult(cancelled=True)
 
 
 def test_frames_are_dropped_but_the_last_is_drawn():
@@ -176,7 +185,7 @@ def test_frames_are_dropped_but_the_last_is_drawn():
     source = Source(STEPS * 100)
     app = Counting(source, describer(), cpu_share=1.0)
 
-    assert drive_to_the_end(app) == Outcome(result=FINISHED)
+    assert drive_to_the_end(app) == LiveResult(result=FINISHED)
     assert source.pulled == len(STEPS) * 100 + 1
     assert 1 <= len(drawn) < 100
 
@@ -194,7 +203,7 @@ def test_a_view_out_of_cpu_budget_draws_only_the_final_frame():
     source = Source(STEPS * 20, delay=0.005)
     app = Counting(source, describer(), cpu_share=0.0)
 
-    assert drive_to_the_end(app) == Outcome(result=FINISHED)
+    assert drive_to_the_end(app) == LiveResult(result=FINISHED)
     assert [frame.settled for frame in drawn if frame is not None] == [True]
 
 
@@ -202,8 +211,8 @@ def test_the_view_follows_the_active_line_then_shows_the_top():
     answer = [3, 6] * 30  # "def\n" thirty times: taller than the screen
     steps = [step([*answer[:56], MASK, MASK, MASK, MASK], list(range(56)), 1), step(answer, [56, 57, 58, 59], 2)]
     gate = threading.Event()
-    source = Source(steps, gate=gate)
-    long = Describer(Tokenizer(), MASK, length=len(answer), model="fake", device="cpu")
+    source = Source(steps, gate=gate, started=draft_started(len(answer)))
+    long = Describer(Tokenizer(), MASK, model="fake", device="cpu")
     app = LiveApp(source, long, cpu_share=1.0)
 
     async def script(pilot):
@@ -211,26 +220,26 @@ def test_the_view_follows_the_active_line_then_shows_the_top():
         scroll = app.query_one("#canvas", CanvasView)
         await until(pilot, lambda: scroll.scroll_y > 15)  # line 28 written last, kept in view
         gate.set()
-        await until(pilot, lambda: app.outcome is not None)
+        await until(pilot, lambda: app.ended is not None)
         await until(pilot, lambda: scroll.scroll_y == 0)
         await pilot.press("x")
 
-    assert drive(app, script) == Outcome(result=FINISHED)
+    assert drive(app, script) == LiveResult(result=FINISHED)
 
 
 def test_exit_when_done_exits_by_itself():
     source = Source(STEPS)
-    outcome = LiveApp(source, describer(), exit_when_done=True, cpu_share=1.0).run(headless=True, size=(60, 12))
-    assert outcome == Outcome(result=FINISHED)
+    ended = LiveApp(source, describer(), exit_when_done=True, cpu_share=1.0).run(headless=True, size=(60, 12))
+    assert ended == LiveResult(result=FINISHED)
 
 
 def test_an_exception_in_the_source_is_returned():
     error = RuntimeError("CUDA out of memory")
     source = Source(STEPS[:2], fail=error)
-    outcome = LiveApp(source, describer(), cpu_share=1.0).run(
+    ended = LiveApp(source, describer(), cpu_share=1.0).run(
         headless=True, size=(60, 12)
     )  # exits even without exit_when_done
-    assert outcome is not None and outcome.error is error and not outcome.cancelled
+    assert ended is not None and ended.error is error and not ended.cancelled
 
 
 # -- run_live: what the CLI calls -------------------------------------------------------------------
@@ -255,7 +264,7 @@ def test_run_live_raises_the_source_error_in_the_caller(headless):
 
 
 def test_run_live_cancel_is_a_keyboard_interrupt(monkeypatch):
-    monkeypatch.setattr(LiveApp, "run", lambda self, **kw: Outcome(cancelled=True))
+    monkeypatch.setattr(LiveApp, "run", lambda self, **kw: LiveResult(cancelled=True))
     with pytest.raises(KeyboardInterrupt):
         run_live(Source(STEPS), describer(), view="textual")
 
@@ -275,7 +284,9 @@ def test_rich_fallback_draws_the_same_canvas_on_its_console():
 
 @pytest.mark.parametrize(("committed", "shown"), [(17, range(15, 19)), (1, range(0, 4)), (None, range(0, 4))])
 def test_rich_fallback_shows_the_lines_around_the_latest_pass(committed, shown):
-    base = describer()(step(ANSWER, [0], 1), 0.5)
+    describe = describer()
+    describe(draft_started(), 0.0)
+    base = describe(step(ANSWER, [0], 1), 0.5)
     assert base is not None
     pieces = tuple(f"line{i}\n" for i in range(20))
     frame = replace(base, pieces=pieces, committed=frozenset() if committed is None else frozenset({committed}))

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from dcode.config import SamplerConfig
+from dcode.config import SamplerConfig, merge_family_defaults
 
 # The public prompt set, in a source checkout (benchmarks/ is not part of the wheel).
 PROMPTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "prompts.jsonl"
@@ -168,11 +168,9 @@ def select(available: list[Setting], names: Iterable[str] | None) -> list[Settin
 def with_family(setting: Setting, defaults: Mapping[str, object], **changes: Any) -> SamplerConfig:
     """The setting's config as `dcode new` would run it, with the family's defaults for the fields
     it leaves open, then `changes` (e.g. the speed suite's stop_at_eos)."""
-    from dcode.models import as_dcode_new_runs
-
     explicit = BASELINE_FIELDS if setting.role == "baseline" else SETTING_FIELDS
     explicit = explicit if setting.decides is None else setting.decides
-    return dataclasses.replace(as_dcode_new_runs(setting.config, explicit, defaults), **changes)
+    return dataclasses.replace(merge_family_defaults(setting.config, explicit, defaults), **changes)
 
 
 def read_prompts(path: Path, limit: int = 0) -> list[dict[str, str]]:

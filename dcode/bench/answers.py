@@ -14,8 +14,8 @@ from pathlib import Path
 from dcode import pipeline
 from dcode.bench.metrics import Tally
 from dcode.config import SamplerConfig
+from dcode.events import Event, Finished, Step, drain
 from dcode.models.base import Denoiser
-from dcode.sampler import Step
 
 
 def answer(model: Denoiser, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
@@ -24,16 +24,13 @@ def answer(model: Denoiser, prompts: list[str], length: int, config: SamplerConf
     tok/s and wall seconds cover the whole request (template, sampling, decoding, the check)."""
     tally = Tally()
     for prompt in prompts:
-        rows = 0
-        finished: pipeline.Finished | None = None
+        seen: list[Event] = []
         began = time.perf_counter()
-        for event in pipeline.new(model, prompt, "python", length, config, repair_rounds=0):
-            if isinstance(event, Step):
-                rows += event.rows
-            elif isinstance(event, pipeline.Finished):
-                finished = event
+        finished = drain(
+            pipeline.new(model, prompt, "python", length, config, repair_rounds=0), seen.append, result=Finished
+        )
         seconds = time.perf_counter() - began
-        assert finished is not None, "pipeline.new ends with Finished"
+        rows = sum(event.rows for event in seen if isinstance(event, Step))
         tally.add(prompt, finished.code, finished.forward, finished.tokens, seconds, rows)
     return tally.summary()
 

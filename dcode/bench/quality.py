@@ -31,8 +31,9 @@ from dcode.bench import Setting, need, settings, with_family
 from dcode.bench.metrics import Tally
 from dcode.bench.sandbox import Limits, run_python
 from dcode.config import SamplerConfig
+from dcode.events import Finished, drain
 from dcode.models.base import Denoiser
-from dcode.sampler import denoise, final
+from dcode.sampler import denoise
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -110,7 +111,7 @@ def humaneval(
             tick(problem["task_id"])
             continue
         began = time.perf_counter()
-        last = final(denoise(model, canvas, start, config))
+        last = drain(denoise(model, canvas, start, config))
         text, kept = pipeline.answer_text(model, last.canvas if last else canvas, start)
         seconds += time.perf_counter() - began
         forward += last.forward if last else 0
@@ -157,11 +158,7 @@ def parse_validity(
     checked = before = after = empty = 0
     tally, python = Tally(), Tally()
     for row in rows:
-        done = next(
-            e
-            for e in pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds)
-            if isinstance(e, pipeline.Finished)
-        )
+        done = drain(pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds), result=Finished)
         draft = done.draft if done.repair is not None else done.code  # as sampled, as the other benchmarks score
         tally.add(row["prompt"], draft, done.forward, done.tokens, done.seconds)
         if row["lang"] == "python":

@@ -45,9 +45,9 @@ import torch
 from dcode import pipeline
 from dcode.bench import Setting, settings, with_family
 from dcode.config import SamplerConfig
+from dcode.events import Event, Finished, Step, drain
 from dcode.models import native
 from dcode.models.base import Denoiser
-from dcode.sampler import Step
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -152,20 +152,22 @@ def diffusion_run(
     first_tokens = min(length, facts.block or config.block or length)
     tokens = forward = 0
     first: float | None = None
-    finished: pipeline.Finished | None = None
+
+    def count(event: Event) -> None:
+        nonlocal tokens, forward, first
+        match event:
+            case Step(canvas=canvas, committed=committed):
+                tokens += len(committed)
+                forward = event.forward
+                start = len(canvas) - length
+                if first is None and not bool((canvas[start : start + first_tokens] == mask).any()):
+                    first = time.perf_counter() - began
+
     with PeakMemory(model.device) as memory:
         began = time.perf_counter()
-        for event in pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds=0):
-            if isinstance(event, Step):
-                tokens += len(event.committed)
-                forward = event.forward
-                start = len(event.canvas) - length
-                if first is None and not bool((event.canvas[start : start + first_tokens] == mask).any()):
-                    first = time.perf_counter() - began
-            elif isinstance(event, pipeline.Finished):
-                finished = event
+        events = pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds=0)
+        finished = drain(events, count, result=Finished)
         wall = time.perf_counter() - began
-    assert finished is not None
     return Run(
         name,
         row["id"],

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     DEFAULT_LENGTH,
     INTERRUPTED,
     RUNTIME,

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     OK,
     RUNTIME,
     SYNTAX,
     USAGE,
-    DeviceOption,
-    ExitWhenDoneOption,
-    LiveOption,
-    ModelOption,
-    QuietOption,
-    RepairTriesOption,
-    SeedOption,
-    TemperatureOption,
     app,
     fail,
     output_target,
@@ -29,8 +22,21 @@ from dcode.cli import (
     sampler_config,
     view_mode,
 )
+from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.config import REPAIR_FILE_TRIES
+from dcode.events import Repaired
+from dcode.options import BY_NAME, MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, VIEW
+
+# `dcode repair` runs at least one round, and tries harder than a draft's repair: the file is the user's.
+REPAIR_FILE_OPTIONS = (
+    *MODEL,
+    replace(REPAIR_ROUNDS, min=1),
+    replace(REPAIR_TRIES_OPTION, default=REPAIR_FILE_TRIES),
+    BY_NAME["temperature"],
+    BY_NAME["seed"],
+    *VIEW,
+)
 
 
 @app.command()
@@ -73,6 +79,7 @@ def check(
 
 
 @app.command("repair")
+@with_options(*REPAIR_FILE_OPTIONS)
 def repair_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to repair in place.")],
@@ -80,20 +87,12 @@ def repair_command(
     diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
     lang: Annotated[str | None, typer.Option("--lang", envvar="DCODE_LANG")] = None,
-    model: ModelOption = None,
-    device: DeviceOption = "auto",
-    rounds: Annotated[int, typer.Option("--repair-rounds", envvar="DCODE_REPAIR_ROUNDS", min=1)] = 3,
-    tries: RepairTriesOption = REPAIR_FILE_TRIES,
-    temperature: TemperatureOption = 0.0,
-    seed: SeedOption = 0,
     as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON")] = False,
-    live: LiveOption = None,
-    exit_when_done: ExitWhenDoneOption = False,
-    quiet: QuietOption = False,
     endpoint: EndpointOption = None,
     api_key: ApiKeyOption = None,
     stream_mode: StreamModeOption = "auto",
     timeout: TimeoutOption = 60.0,
+    **chosen: Any,
 ) -> None:
     """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
     if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
@@ -105,29 +104,27 @@ def repair_command(
     from dcode import pipeline
     from dcode.edit import unified_diff
     from dcode.files import atomic_write
-    from dcode.repair import Repaired
 
     # 1) the input must be a readable, checkable, non-empty text file
     source, language = read_checkable(file, lang)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
     target = None if diff else output_target(output, force)
-    config = sampler_config({"temperature": temperature, "seed": seed})
+    config = sampler_config(chosen)
 
     # 2) repair, with the live view showing the whole file
-    request = f"the {language} file {file.name}"
+    rounds, tries, quiet = chosen["repair_rounds"], chosen["repair_tries"], chosen["quiet"]
     _, done = run_model(
         ctx,
-        model,
-        device,
+        chosen["model"],
+        chosen["device"],
         config,
         lambda m, c: pipeline.repair_file(m, source, language, file.name, c, rounds, tries),
+        Repaired,
         language,
-        view_mode(quiet, live),
-        exit_when_done,
-        start=lambda m: len(pipeline.prompt_ids(m, request, language)),
+        view_mode(quiet, chosen["live"]),
+        chosen["exit_when_done"],
     )
-    assert isinstance(done, Repaired)
 
     # 3) deliver: a diff, or the file (only if it got better)
     changed = done.code != source
@@ -139,7 +136,7 @@ def repair_command(
         except OSError as error:
             fail(f"cannot write {target or file}: {error.strerror}", RUNTIME)
     if as_json:
-        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **pipeline.repair_metadata(done)}))
+        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **done.metadata()}))
     elif not quiet:
         typer.echo(
             f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"

@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     INTERRUPTED,
     RUNTIME,
     SYNTAX,
     USAGE,
-    ApproxCacheOption,
-    BlockOption,
-    CacheOption,
-    DeviceOption,
-    DraftOption,
-    EntropyBoundOption,
-    ExitWhenDoneOption,
-    HoldConflictsOption,
-    LiveOption,
-    ModelOption,
-    OrderOption,
-    QuietOption,
-    RepairOption,
-    RepairRoundsOption,
-    RepairTriesOption,
-    RepetitionPenaltyOption,
-    SeedOption,
-    StepsOption,
-    StrategyOption,
-    TemperatureOption,
-    ThresholdOption,
-    TopPOption,
     app,
     fail,
     output_target,
@@ -45,11 +23,14 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
-from dcode.config import REPAIR_TRIES
+from dcode.events import Edited
+from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
 
 
 @app.command("edit")
+@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
 def edit_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to change in place (the original is kept as FILE.orig).")],
@@ -72,41 +53,20 @@ def edit_command(
     lang: Annotated[
         str | None, typer.Option("--lang", envvar="DCODE_LANG", help="Language (default: from FILE).")
     ] = None,
-    model: ModelOption = None,
-    device: DeviceOption = "auto",
     length: Annotated[
         int | None,
         typer.Option(
             "--length", envvar="DCODE_EDIT_LENGTH", help="Masks for the region (default: its tokens + 50%, >= 16)."
         ),
     ] = None,
-    strategy: StrategyOption = "threshold",
-    order: OrderOption = "confidence",
-    steps: StepsOption = None,
-    threshold: ThresholdOption = 0.9,
-    entropy_bound: EntropyBoundOption = 0.1,
-    block: BlockOption = None,
-    temperature: TemperatureOption = 0.0,
-    top_p: TopPOption = 1.0,
-    repetition_penalty: RepetitionPenaltyOption = 1.0,
-    hold_conflicts: HoldConflictsOption = True,
-    draft: DraftOption = 15,
-    seed: SeedOption = 0,
-    cache: CacheOption = True,
-    approx_cache: ApproxCacheOption = "dual",
-    repair: RepairOption = True,
-    repair_rounds: RepairRoundsOption = 3,
-    repair_tries: RepairTriesOption = REPAIR_TRIES,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the diff and metadata as JSON.")
     ] = False,
-    live: LiveOption = None,
-    exit_when_done: ExitWhenDoneOption = False,
-    quiet: QuietOption = False,
     endpoint: EndpointOption = None,
     api_key: ApiKeyOption = None,
     stream_mode: StreamModeOption = "auto",
     timeout: TimeoutOption = 60.0,
+    **chosen: Any,
 ) -> None:
     """Change FILE as an instruction asks: the whole file, --lines A-B or --symbol NAME is
     regenerated and every other byte is kept. In place (backup FILE.orig) unless --diff, --dry-run
@@ -136,28 +96,28 @@ def edit_command(
     except RegionError as error:
         fail(str(error), USAGE)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
-    config = sampler_config(ctx.params)
+    config = sampler_config(chosen)
     if length is not None and length < 1:
         fail("--length must be at least 1 token", USAGE)
 
     # 2) load and generate, drawing the live view on a terminal; FILE is not touched meanwhile
     from dcode import pipeline
 
-    rounds = repair_rounds if repair else 0
+    rounds = chosen["repair_rounds"] if chosen["repair"] else 0
+    quiet, tries = chosen["quiet"], chosen["repair_tries"]
     denoiser, edited = run_model(
         ctx,
-        model,
-        device,
+        chosen["model"],
+        chosen["device"],
         config,
         lambda m, c: pipeline.edit(
-            m, source, region, text, language, c, length, rounds, name=str(file), repair_tries=repair_tries
+            m, source, region, text, language, c, length, rounds, name=str(file), repair_tries=tries
         ),
+        Edited,
         language,
-        view_mode(quiet, live),
-        exit_when_done,
-        start=lambda m: len(pipeline.prompt_ids(m, text, language)),  # the view shows the whole file
+        view_mode(quiet, chosen["live"]),
+        chosen["exit_when_done"],
     )
-    assert isinstance(edited, pipeline.Edited)
 
     # 3) deliver: a diff, the file in place (after a backup), or another file; never a broken
     # version of a file that parsed

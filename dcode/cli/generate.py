@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     DEFAULT_LENGTH,
     RUNTIME,
     SYNTAX,
     USAGE,
-    ApproxCacheOption,
-    BlockOption,
-    CacheOption,
-    DeviceOption,
-    DraftOption,
-    EntropyBoundOption,
-    ExitWhenDoneOption,
-    HoldConflictsOption,
-    LiveOption,
-    ModelOption,
-    OrderOption,
-    QuietOption,
-    RepairOption,
-    RepairRoundsOption,
-    RepairTriesOption,
-    RepetitionPenaltyOption,
-    SeedOption,
-    StepsOption,
-    StrategyOption,
-    TemperatureOption,
-    ThresholdOption,
-    TopPOption,
     app,
     fail,
     language_for,
@@ -44,11 +22,14 @@ from dcode.cli import (
     summary_line,
     view_mode,
 )
+from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
-from dcode.config import REPAIR_TRIES
+from dcode.events import Finished
+from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
 
 
 @app.command()
+@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
 def new(
     ctx: typer.Context,
     prompt: Annotated[str | None, typer.Argument(help="What to write; '-' or omit to read stdin.")] = None,
@@ -60,38 +41,17 @@ def new(
         str | None,
         typer.Option("--lang", envvar="DCODE_LANG", help="Language (default: -o suffix, else python)."),
     ] = None,
-    model: ModelOption = None,
-    device: DeviceOption = "auto",
     length: Annotated[
         int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")
     ] = DEFAULT_LENGTH,
-    strategy: StrategyOption = "threshold",
-    order: OrderOption = "confidence",
-    steps: StepsOption = None,
-    threshold: ThresholdOption = 0.9,
-    entropy_bound: EntropyBoundOption = 0.1,
-    block: BlockOption = None,
-    temperature: TemperatureOption = 0.0,
-    top_p: TopPOption = 1.0,
-    repetition_penalty: RepetitionPenaltyOption = 1.0,
-    hold_conflicts: HoldConflictsOption = True,
-    draft: DraftOption = 15,
-    seed: SeedOption = 0,
-    cache: CacheOption = True,
-    approx_cache: ApproxCacheOption = "dual",
-    repair: RepairOption = True,
-    repair_rounds: RepairRoundsOption = 3,
-    repair_tries: RepairTriesOption = REPAIR_TRIES,
     as_json: Annotated[
         bool, typer.Option("--json", envvar="DCODE_JSON", help="Print code and metadata as JSON.")
     ] = False,
-    live: LiveOption = None,
-    exit_when_done: ExitWhenDoneOption = False,
-    quiet: QuietOption = False,
     endpoint: EndpointOption = None,
     api_key: ApiKeyOption = None,
     stream_mode: StreamModeOption = "auto",
     timeout: TimeoutOption = 60.0,
+    **chosen: Any,
 ) -> None:
     """Write a new file from a request."""
     if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
@@ -102,7 +62,7 @@ def new(
 
     # 1) validate everything that needs no model, so bad input costs nothing
     text = read_prompt(prompt)
-    config = sampler_config(ctx.params)
+    config = sampler_config(chosen)
     if length < 1:
         fail("--length must be at least 1 token", USAGE)
     target = output_target(output, force)
@@ -111,19 +71,19 @@ def new(
     # 2) load and generate, drawing the live view on a terminal
     from dcode import pipeline
 
-    rounds = repair_rounds if repair else 0
+    rounds = chosen["repair_rounds"] if chosen["repair"] else 0
+    quiet = chosen["quiet"]
     denoiser, finished = run_model(
         ctx,
-        model,
-        device,
+        chosen["model"],
+        chosen["device"],
         config,
-        lambda m, c: pipeline.new(m, text, language, length, c, rounds, repair_tries),
+        lambda m, c: pipeline.new(m, text, language, length, c, rounds, chosen["repair_tries"]),
+        Finished,
         language,
-        view_mode(quiet, live),
-        exit_when_done,
-        length=length,
+        view_mode(quiet, chosen["live"]),
+        chosen["exit_when_done"],
     )
-    assert isinstance(finished, pipeline.Finished)
 
     # 3) deliver: the file, then stdout
     name = denoiser.facts.name

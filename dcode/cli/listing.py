@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     INTERRUPTED,
     OK,
     RUNTIME,

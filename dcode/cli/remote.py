@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli import (
+from dcode.cli.common import (
     INTERRUPTED,
     RUNTIME,
     SYNTAX,
@@ -124,10 +124,11 @@ def explicit(ctx: typer.Context) -> dict[str, Any]:
     """The sampler options the user set (by flag or DCODE_* variable), by SamplerConfig field: a
     dcode server runs them (its `dcode` request field); other servers ignore them. Temperature,
     top-p and seed travel in the standard fields."""
-    from dcode.cli import SAMPLER_OPTIONS, explicit_sampler_fields
+    from dcode.cli.common import explicit_sampler_fields
+    from dcode.options import SAMPLER
 
     chosen = explicit_sampler_fields(ctx) - {"temperature", "top_p", "seed"}
-    return {field: ctx.params[name] for name, field in SAMPLER_OPTIONS.items() if field in chosen}
+    return {o.field: ctx.params[o.name] for o in SAMPLER if o.field is not None and o.field in chosen}
 
 
 def shown_model(endpoint: Endpoint) -> str:
@@ -201,7 +202,9 @@ def run_repair(ctx: typer.Context) -> None:
     done = run(
         endpoint,
         params,
-        lambda: flows.mend(endpoint, source, language, ask, params["rounds"], params["tries"], "file", file.name),
+        lambda: flows.mend(
+            endpoint, source, language, ask, params["repair_rounds"], params["repair_tries"], "file", file.name
+        ),
         language,
     )
     assert isinstance(done, flows.Fixed)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dcode.config import Rule, SamplerConfig
 from dcode.models import checkpoint
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 
@@ -149,29 +148,6 @@ def apply_defaults(config: T, defaults: Mapping[str, object], explicit: Collecti
     Example: apply_defaults(SamplerConfig(), {"temperature": 0.1}, {"temperature"}) changes nothing."""
     changes = {key: value for key, value in defaults.items() if key not in explicit}
     return dataclasses.replace(config, **changes)  # type: ignore[type-var]
-
-
-# A rule's own setting -> that rule: `--threshold 0.9` alone means threshold decoding, whatever
-# rule the CLI or the model's family would otherwise pick.
-RULE_OF_SETTING: dict[str, Rule] = {
-    "threshold": "threshold",
-    "entropy_bound": "entropy-bound",
-    "steps": "schedule",
-    "draft": "verify",
-}
-
-
-def as_dcode_new_runs(
-    config: SamplerConfig, explicit: Collection[str], defaults: Mapping[str, object]
-) -> SamplerConfig:
-    """What `dcode new` decodes with when the user set the SamplerConfig fields `explicit` (to
-    their values in `config`): without the rule, a rule's own setting set alone picks that rule;
-    the model family's `defaults` fill in every field left unset. ValueError for a bad default.
-    Example: {"threshold": 0.5} set on dcode-tiny (entropy bound by default) -> threshold 0.5."""
-    implied = {rule for field, rule in RULE_OF_SETTING.items() if field in explicit}
-    if "rule" not in explicit and len(implied) == 1:
-        config, explicit = dataclasses.replace(config, rule=implied.pop()), {*explicit, "rule"}
-    return apply_defaults(config, defaults, explicit)
 
 
 # ---------------------------------------------------------------------------------------------
