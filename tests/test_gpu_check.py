@@ -23,16 +23,24 @@ from dcode.models.checkpoint import read_headers
 ROOT = Path(__file__).resolve().parent.parent
 MAKE = ROOT / "benchmarks" / "make_checkpoints.py"
 CHECK = ROOT / "benchmarks" / "gpu_check.sh"
-FAMILIES = ("qwen2", "dream", "llada", "diffusion_gemma")
+FAMILIES = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
 # family -> (attention block, shifted logits, noise, the token that stands for "still to fill")
 FACTS = {
     "qwen2": (4, True, "mask", "<|mask|>"),
     "dream": (None, True, "mask", "<|mask|>"),
     "llada": (None, False, "mask", "<|mdm_mask|>"),
+    "sdar": (4, False, "mask", "<|MASK|>"),
+    "fast_dllm_v2": (32, True, "mask", "|<MASK>|"),
     "diffusion_gemma": (8, False, "uniform", "<mask>"),
 }
-END_TOKENS = {"qwen2": "<|eos|>", "dream": "<|im_end|>", "llada": "<|eot_id|>", "diffusion_gemma": "<turn|>"}
-MODEL_TYPES = {"qwen2": "qwen2", "dream": "Dream", "llada": "llada", "diffusion_gemma": "diffusion_gemma"}
+END_TOKENS = {
+    "qwen2": "<|eos|>", "dream": "<|im_end|>", "llada": "<|eot_id|>", "sdar": "<|im_end|>",
+    "fast_dllm_v2": "<|im_end|>", "diffusion_gemma": "<turn|>",
+}  # fmt: skip
+MODEL_TYPES = {
+    "qwen2": "qwen2", "dream": "Dream", "llada": "llada", "sdar": "sdar", "fast_dllm_v2": "Fast_dLLM_Qwen",
+    "diffusion_gemma": "diffusion_gemma",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
