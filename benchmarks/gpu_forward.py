@@ -234,9 +234,7 @@ def implied(row: dict[str, Any], family_block: int | None, noise: str) -> list[d
             unit = row["fed"]  # tokens finished per cycle: a block, a window, a canvas
             passes = math.ceil(unit / min(k, unit))
             overhead = 0.0  # a full pass per window (dual cache), a context encoding per canvas (bound)
-            if noise == "uniform":
-                overhead = row["ms_no_cache"] - row["ms_cached"]
-            elif family_block is None:
+            if noise == "uniform" or family_block is None:
                 overhead = row["ms_no_cache"] - row["ms_cached"]
             cached = unit * 1000 / (passes * row["ms_cached"] + overhead)
         out.append({"tokens_per_pass": k, "tok_s_no_cache": no_cache, "tok_s_cached": cached})
@@ -296,14 +294,15 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {m['name']} | {billions(m['parameters'])} | {row['length']} | {ms(row['ms_no_cache'])} "
                 f"| {row['cache']} | {row['fed']} | {ms(row['ms_cached'])} | {peak} |"
             )
-    lines += ["", "Verify's batched rows (measured):", "", "| model | canvas | rows | ms/pass, no cache | ms/pass, cached |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "Verify's batched rows (measured):", "",
+              "| model | canvas | rows | ms/pass, no cache | ms/pass, cached |", "|---|---|---|---|---|"]  # fmt: skip
     for m in report["models"]:
         for row in m.get("rows", []):
-            lines.append(f"| {m['name']} | {row['length']} | {row['rows']} | {ms(row['ms_no_cache'])} | {ms(row['ms_cached'])} |")
+            cells = f"{row['rows']} | {ms(row['ms_no_cache'])} | {ms(row['ms_cached'])}"
+            lines.append(f"| {m['name']} | {row['length']} | {cells} |")
+    columns = " | ".join(f"{k}/pass no cache | {k}/pass cached" for k in TOKENS_PER_PASS)
     lines += ["", "Projected tok/s (tokens per pass × passes per second from the ms above; not measured):", "",
-              "| model | canvas | " + " | ".join(f"{k}/pass no cache | {k}/pass cached" for k in TOKENS_PER_PASS) + " |",
-              "|---|---|" + "---|---|" * len(TOKENS_PER_PASS)]  # fmt: skip
+              f"| model | canvas | {columns} |", "|---|---|" + "---|---|" * len(TOKENS_PER_PASS)]  # fmt: skip
     for m in report["models"]:
         for row in m.get("lengths", []):
             cells = " | ".join(f"{ms(i['tok_s_no_cache'])} | {ms(i['tok_s_cached'])}" for i in row["implied"])

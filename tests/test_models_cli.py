@@ -192,6 +192,8 @@ app(["models", "pull", "org/dream", *sys.argv[1:]], prog_name="dcode")
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("DCODE_")} | {"HF_HUB_CACHE": str(tmp_path / "hub")}
     for args in (["-q"], []):
-        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=120
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().endswith("snapshots/abc") and "Traceback" not in done.stderr

@@ -101,7 +101,10 @@ def models_command(
     verbose: Annotated[
         bool,
         typer.Option(
-            "--verbose", "-v", envvar="DCODE_VERBOSE", help="Also show each model's end, pad and mask tokens, shift, block."
+            "--verbose",
+            "-v",
+            envvar="DCODE_VERBOSE",
+            help="Also show each model's end, pad and mask tokens, shift, block.",
         ),
     ] = False,
 ) -> None:

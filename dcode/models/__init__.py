@@ -1,8 +1,9 @@
 """Resolve a model spec (nothing, a folder, a Hugging Face id) and load it with its family module.
 
 Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
-`model_type`, else the classes `architectures` or `auto_map` name), finding an id in the local Hugging Face cache, listing the
-models there, and merging a family's sampler defaults into the user's settings. Never downloads
+`model_type`, else the classes `architectures` or `auto_map` name), finding an id in the local
+Hugging Face cache, listing the models there (and what a load would state about each, torch-free:
+describe), and merging a family's sampler defaults into the user's settings. Never downloads
 and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
 load(), never at import time; listing reads safetensors headers with json alone.
 """

@@ -26,6 +26,7 @@ from dcode.models.checkpoint import read_headers
 from dcode.models.decoder import load_tokenizer, load_weights, make_config
 from dcode.models.facts import gemma_state, gemma_text
 
+
 class ContextCache:
     """Keys/values the encoder wrote for canvas positions [0, length); decoder passes only read
     them. It only grows: finished text before a block never changes."""

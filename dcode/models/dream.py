@@ -18,6 +18,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
 
 from dcode.models.decoder import QWEN2_KEYS, DecoderDenoiser, build, make_config, qwen_values
 
+
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local Dream-family checkpoint folder (safetensors, possibly sharded) as a denoiser:
     full bidirectional attention, shifted logits (facts.SPECS["dream"])."""

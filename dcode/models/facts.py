@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -286,9 +287,8 @@ def gemma_text(config: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     (to a 26B model's)."""
     text = config.get("text_config")
     if not isinstance(text, dict):
-        raise ModelError(
-            f"{folder / 'config.json'}: a DiffusionGemma checkpoint (uniform-noise diffusion) needs a text_config object"
-        )
+        kind = "a DiffusionGemma checkpoint (uniform-noise diffusion)"
+        raise ModelError(f"{folder / 'config.json'}: {kind} needs a text_config object")
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
         value = text.get(key)
         if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
@@ -321,7 +321,7 @@ def gemma_state(folder: Path, config: Mapping[str, Any], tokenizer: Any, name: s
 
 # family -> how its facts are stated (folder, config, tokenizer, name) -> ModelFacts
 STATE: dict[str, Callable[[Path, Mapping[str, Any], Any, str], ModelFacts]] = {
-    **{family: (lambda f, c, t, n, family=family: state(family, f, c, t, n)) for family in SPECS},
+    **{family: partial(state, family) for family in SPECS},
     "diffusion_gemma": gemma_state,
 }
 

@@ -588,7 +588,6 @@ def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: 
     return sum(p.numel() for p in model.parameters())
 
 
-
 WRITERS = {
     "qwen2": write_qwen2,
     "dream": write_dream,
