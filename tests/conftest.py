@@ -126,13 +126,14 @@ def benchmark_module(filename: str) -> ModuleType:
 
 
 def make_checkpoints() -> ModuleType:
-    """benchmarks/make_checkpoints.py, whose main() the GPU-check tests run (its writers: dcode.models.tiny)."""
+    """benchmarks/make_checkpoints.py, whose main() the GPU-check tests run.
+    Its writers live in dcode.train.random_checkpoints."""
     return benchmark_module("make_checkpoints.py")
 
 
 def python_lines(count: int = 300) -> list[str]:
     """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
-    from dcode.models.tiny import python_lines as lines
+    from dcode.train.random_checkpoints import python_lines as lines
 
     return lines(count)
 
