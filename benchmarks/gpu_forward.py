@@ -160,12 +160,10 @@ def on_device(make: Callable[[], Any], device: torch.device, dtype: torch.dtype)
     return model.eval()
 
 
-WARMUP = [2]  # untimed calls before each figure (main sets it from --warmup)
-
-
-def timed(call: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """The median wall time of call() in ms, after WARMUP untimed calls; synchronised on CUDA."""
-    samples, warmup = [], WARMUP[0]
+def timed(call: Callable[[], object], device: torch.device, timing: tuple[int, int]) -> float:
+    """The median wall time of call() in ms; timing = (untimed warm-up calls, timed calls).
+    Synchronised on CUDA, whose kernels run asynchronously."""
+    samples, (warmup, repeats) = [], timing
     for number in range(warmup + repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -183,7 +181,9 @@ def canvas(den: Any, rows: int, length: int, device: torch.device) -> torch.Tens
     return torch.randint(4, den.facts.vocab_size, (rows, length), generator=gen).to(device)
 
 
-def pass_costs(den: Any, length: int, rows: int, window: int, device: torch.device, repeats: int) -> dict[str, Any]:
+def pass_costs(
+    den: Any, length: int, rows: int, window: int, device: torch.device, timing: tuple[int, int]
+) -> dict[str, Any]:
     """ms of one pass over `rows` canvases of `length` tokens, without the cache and with it."""
     ids = canvas(den, rows, length, device)
     f = den.facts
@@ -200,9 +200,9 @@ def pass_costs(den: Any, length: int, rows: int, window: int, device: torch.devi
             cache = den.new_cache()
             den.extend(full[:, :context], cache)
             return {"cache": f"context ({f.block}-token canvas)", "fed": f.block,
-                    "ms_no_cache": timed(uncached, device, repeats),
-                    "ms_cached": timed(lambda: den(full[:, context:], cache), device, repeats)}  # fmt: skip
-        uncached_ms = timed(lambda: den(ids), device, repeats)
+                    "ms_no_cache": timed(uncached, device, timing),
+                    "ms_cached": timed(lambda: den(full[:, context:], cache), device, timing)}  # fmt: skip
+        uncached_ms = timed(lambda: den(ids), device, timing)
         if f.block is not None:  # exact: the finished blocks cached, the last block fed
             kept = length - f.block
             cache = den.new_cache()
@@ -213,7 +213,7 @@ def pass_costs(den: Any, length: int, rows: int, window: int, device: torch.devi
                 cache.crop(kept)
 
             return {"cache": f"exact block cache (block {f.block})", "fed": f.block,
-                    "ms_no_cache": uncached_ms, "ms_cached": timed(cached, device, repeats)}  # fmt: skip
+                    "ms_no_cache": uncached_ms, "ms_cached": timed(cached, device, timing)}  # fmt: skip
         if rows > 1:  # the dual cache holds one canvas
             return {"cache": None, "fed": length, "ms_no_cache": uncached_ms, "ms_cached": None}
         lo = (length - window) // 2
@@ -221,7 +221,7 @@ def pass_costs(den: Any, length: int, rows: int, window: int, device: torch.devi
         den.refresh(ids, (lo, lo + window), wcache)
         return {"cache": f"dual cache (Fast-dLLM, {window}-token window)", "fed": window,
                 "ms_no_cache": uncached_ms, "ms_cached": timed(lambda: den.window(ids[:, lo:lo + window], wcache),
-                                                               device, repeats)}  # fmt: skip
+                                                               device, timing)}  # fmt: skip
 
 
 def implied(row: dict[str, Any], family_block: int | None, noise: str) -> list[dict[str, Any]]:
@@ -242,7 +242,7 @@ def implied(row: dict[str, Any], family_block: int | None, noise: str) -> list[d
 
 
 def measure(name: str, family: str, config: dict[str, Any], scale: str, device: torch.device,
-            dtype: torch.dtype, repeats: int) -> dict[str, Any]:  # fmt: skip
+            dtype: torch.dtype, timing: tuple[int, int]) -> dict[str, Any]:  # fmt: skip
     """Build one model on the device and time it at every length and row count."""
     _, lengths, rows_list, rows_length, window = SCALES[scale]
     if device.type == "cuda":
@@ -254,12 +254,11 @@ def measure(name: str, family: str, config: dict[str, Any], scale: str, device: 
     f = den.facts
     lengths_out = []
     for length in lengths:
-        row = {"length": length, **pass_costs(den, length, 1, window, device, repeats)}
+        row = {"length": length, **pass_costs(den, length, 1, window, device, timing)}
         row["implied"] = implied(row, f.block, f.noise)
         lengths_out.append(row)
     rows_out = [
-        {"rows": r, "length": rows_length, **pass_costs(den, rows_length, r, window, device, repeats)}
-        for r in rows_list
+        {"rows": r, "length": rows_length, **pass_costs(den, rows_length, r, window, device, timing)} for r in rows_list
     ]
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     del den
@@ -327,7 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: run with --device cpu --scale toy")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    WARMUP[0] = args.warmup
     import transformers
 
     report: dict[str, Any] = {
@@ -342,17 +340,24 @@ def main(argv: list[str] | None = None) -> int:
             report["models"].append({"name": name, "family": family, "error": "skipped: budget spent"})
             continue
         try:
-            report["models"].append(measure(name, family, config, args.scale, device, dtype, args.repeats))
+            timing = (args.warmup, args.repeats)
+            report["models"].append(measure(name, family, config, args.scale, device, dtype, timing))
         except Exception as error:  # one model's failure must not cost the others
             traceback.print_exc()
             report["models"].append({"name": name, "family": family, "error": " ".join(str(error).split())[:200]})
         print(f"gpu_forward: {name} done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gpu_forward.json").write_text(json.dumps(report, indent=2) + "\n")
-    text = markdown(report)
-    (args.out / "gpu_forward.md").write_text(text)
-    print(text)
+        save(report, args.out)  # after every model: a run cut short keeps what it measured
+    print(markdown(report))
     return 1 if any("error" in m for m in report["models"]) else 0
+
+
+def save(report: dict[str, Any], out: Path) -> None:
+    """OUT/gpu_forward.json and OUT/gpu_forward.md, each replaced whole (never half-written)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("gpu_forward.json", json.dumps(report, indent=2) + "\n"), ("gpu_forward.md", markdown(report))):
+        partial = out / (name + ".partial")
+        partial.write_text(text)
+        partial.replace(out / name)
 
 
 if __name__ == "__main__":
