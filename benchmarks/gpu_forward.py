@@ -44,7 +44,11 @@ import torch
 
 # Released config.json values (the shape keys), per model. Dream-7B / Dream-Coder-7B and
 # Fast-dLLM v2 7B are Qwen2.5-7B; LLaDA-8B-Instruct its own OLMo keys; SDAR-8B-Chat is Qwen3-8B
-# with block_size 4; DiffusionGemma is transformers' DiffusionGemmaConfig as it defines it.
+# with block_size 4. DiffusionGemma is transformers' DiffusionGemmaConfig as it defines it, whose
+# defaults leave the mixture of experts unset (the model cannot be built without it): the expert
+# sizes below are ASSUMED (not pinned down offline) to give ~26B parameters, ~4B active; only
+# num_global_key_value_heads=2 is stated for 26B-A4B in transformers' source.
+GEMMA_ASSUMED_MOE = {"num_experts": 128, "top_k_experts": 8, "moe_intermediate_size": 864}
 QWEN25_7B = {
     "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
     "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 131072,
@@ -64,7 +68,7 @@ REAL = {
         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": False, "block_size": 4,
     }),
-    "diffusion-gemma": ("diffusion_gemma", {}),
+    "diffusion-gemma": ("diffusion_gemma", {"text_config": {**GEMMA_ASSUMED_MOE, "num_global_key_value_heads": 2}}),
 }  # fmt: skip
 TOY_QWEN = {
     "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -186,8 +186,22 @@ def test_gpu_forward_at_toy_shapes(tmp_path: Path) -> None:
 
 
 def test_gpu_forward_shapes_are_the_released_ones() -> None:
-    """The real scale builds what the released config.json files say (no model is built here)."""
+    """The real scale builds what the released config.json files say: every model is built on the
+    meta device (shapes, no memory), so a config error shows here and not on a lent GPU."""
+    import torch
+
     forward = benchmark_module("gpu_forward.py")
+    billions = {}
+    for name, (family, config) in forward.REAL.items():
+        den = forward.build(family, config, torch.device("meta"), torch.bfloat16)
+        billions[name] = round(sum(p.numel() for p in den.model.parameters()) / 1e9, 1)
+    assert billions == {
+        "dream-7b": 7.6,
+        "fast-dllm-v2-7b": 7.6,
+        "llada-8b": 8.0,
+        "sdar-8b": 8.2,
+        "diffusion-gemma": 26.1,
+    }
     from dcode.models.llada import llama_values
 
     real = forward.REAL
