@@ -5,7 +5,7 @@
 # family, each decoded end to end by `dcode bench speed`.
 #
 # On a machine with a GPU, from the repository root (the device tool's `run` with a timeout_s of
-# about 520, so that the 450-s budget below fits with room to spare), once:
+# about 480, so that the 420-s budget below fits with room to spare), once:
 #
 #     bash benchmarks/gpu_check.sh "$OUT"
 #
@@ -47,11 +47,11 @@
 # Environment overrides [defaults]:
 #   DEVICE [cuda]   SIZE [100m; tiny: a few hundred K parameters]   LIMIT [3 prompts]
 #   LENGTH [256 tokens]   REPEATS [2]   FAMILIES [qwen2,dream,llada,sdar,fast_dllm_v2,diffusion_gemma]
-#   FORWARD [1; 0 skips step 1b]   FORWARD_SCALE [real; toy for a CPU]   FORWARD_BUDGET [240 s]
+#   FORWARD [1; 0 skips step 1b]   FORWARD_SCALE [real; toy for a CPU]   FORWARD_BUDGET [210 s]
 #   FORWARD_MODELS [dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma]
 #   AR [1; 0 skips the autoregressive baseline]   SETTINGS [per family as above; "all" for every
 #   setting the bench has; or a comma-separated list valid for every family]
-#   FAMILY_TIMEOUT [90 s]   BUDGET [450 s for the whole check: a family starts only with 20 s of it
+#   FAMILY_TIMEOUT [90 s]   BUDGET [420 s for the whole check: a family starts only with 20 s of it
 #   left and never runs past it]   PYTHON [python, else python3]
 #
 # Expected time on one H200 with the defaults, about 5-7 minutes: step 1b ~2-4 minutes (CUDA start,
@@ -71,12 +71,12 @@ REPEATS=${REPEATS:-2}
 FAMILIES=${FAMILIES:-qwen2,dream,llada,sdar,fast_dllm_v2,diffusion_gemma}
 FORWARD=${FORWARD:-1}
 FORWARD_SCALE=${FORWARD_SCALE:-real}
-FORWARD_BUDGET=${FORWARD_BUDGET:-240}
+FORWARD_BUDGET=${FORWARD_BUDGET:-210}
 FORWARD_MODELS=${FORWARD_MODELS:-dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma}
 AR=${AR:-1}
 SETTINGS=${SETTINGS:-}
 FAMILY_TIMEOUT=${FAMILY_TIMEOUT:-90}
-BUDGET=${BUDGET:-450}
+BUDGET=${BUDGET:-420}
 PYTHON=${PYTHON:-$(command -v python || command -v python3 || echo python)}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
