@@ -41,8 +41,9 @@
 # runs the whole canvas, the others the 32-token block alone against the cached rest).
 #
 # Output under OUT (default gpu-check-results/): gpu_check.log (everything printed), nvidia-smi.txt,
-# forward/gpu_forward.json and forward/gpu_forward.md (step 1b), checkpoints.log, <family>/speed.json, <family>/speed.md, <family>/bench.log (and
-# bench-timed-out.log after a retry), summary.md. Exit status: 0 when every family wrote a report.
+# forward/gpu_forward.json and forward/gpu_forward.md (step 1b), forward.log, checkpoints.log,
+# <family>/speed.json, <family>/speed.md, <family>/bench.log (and bench-timed-out.log after a
+# retry), summary.md. Exit status: 0 when step 1b measured every model and every family wrote a report.
 #
 # Environment overrides [defaults]:
 #   DEVICE [cuda]   SIZE [100m; tiny: a few hundred K parameters]   LIMIT [3 prompts]
@@ -54,9 +55,10 @@
 #   FAMILY_TIMEOUT [90 s]   BUDGET [420 s for the whole check: a family starts only with 20 s of it
 #   left and never runs past it]   PYTHON [python, else python3]
 #
-# Expected time on one H200 with the defaults, about 5-7 minutes: step 1b ~2-4 minutes (CUDA start,
-# each model built in ~5 s, ~90 timed passes each, the largest 16 x 1,024 tokens); checkpoints ~15 s (imports,
-# 4 x ~100M weights drawn on the GPU, 0.8 GB written); then per family ~10 s of imports, CUDA start
+# Expected time on one H200 with the defaults, about 5-7 minutes (the budget stops it at 7): step
+# 1b ~2-3.5 minutes (CUDA start, each model built in ~5-15 s, ~90 timed passes each, the largest
+# 16 x 1,024 tokens); checkpoints ~15 s (imports, 6 x ~100M weights drawn on the GPU, 1.2 GB
+# written); then per family ~10 s of imports, CUDA start
 # and loading, 2 settings x (16 + 3 x 2 x 256) = ~3,100 passes at ~4-8 ms (launch-bound at this
 # size; DiffusionGemma's MoE passes cost 2-3 times more, its fast setting needs only ~300), and
 # ~1,550 autoregressive tokens at ~5 ms: ~35-60 s per family.
