@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# GPU speed check: a ~100M-parameter random checkpoint per family, each timed by `dcode bench speed`.
+# GPU speed check, in one call of under 8 minutes on one H200: (A) forward passes of real-size
+# models (Dream-7B, Fast-dLLM v2 7B, LLaDA-8B, SDAR-8B, DiffusionGemma) built on the GPU in bf16
+# with random weights, by benchmarks/gpu_forward.py; (B) a ~100M-parameter random checkpoint per
+# family, each decoded end to end by `dcode bench speed`.
 #
-# On the lent GPU machine (the device tool's `run`, from the repository root, with a timeout_s of
-# about 360 so that the 290-s budget below fits with room to spare), once:
+# On a machine with a GPU, from the repository root (the device tool's `run` with a timeout_s of
+# about 480, so that the 420-s budget below fits with room to spare), once:
 #
 #     bash benchmarks/gpu_check.sh "$OUT"
 #
@@ -11,10 +14,13 @@
 # tokenizers, safetensors and dcode's other dependencies; dcode itself is imported from this checkout.
 # CPU smoke test (what tests/test_gpu_check.py runs, ~25 s):
 #
-#     DEVICE=cpu SIZE=tiny LIMIT=1 LENGTH=16 REPEATS=1 bash benchmarks/gpu_check.sh /tmp/gpu-check
+#     DEVICE=cpu SIZE=tiny FORWARD_SCALE=toy LIMIT=1 LENGTH=16 REPEATS=1 bash benchmarks/gpu_check.sh /tmp/gpu-check
 #
-# Steps: (1) an nvidia-smi summary; (2) benchmarks/make_checkpoints.py writes one random checkpoint
-# per family (qwen2 block-causal, Dream, LLaDA, DiffusionGemma) in its real on-disk format into a
+# Steps: (1) an nvidia-smi summary; (1b) benchmarks/gpu_forward.py at real shapes (FORWARD_SCALE)
+# under FORWARD_BUDGET: ms per pass at 256 / 1,024 / 4,096-token canvases with and without the
+# cache, verify's 1 / 4 / 8 / 16 rows, peak memory, projected tok/s, into OUT/forward/;
+# (2) benchmarks/make_checkpoints.py writes one random checkpoint
+# per family (qwen2 block-causal, Dream, LLaDA, SDAR, Fast-dLLM v2, DiffusionGemma) in its released on-disk format into a
 # temporary folder (removed at exit; weights drawn on the GPU); (3) per family, `python -m dcode.cli
 # bench speed` under `timeout`, so one hanging family cannot eat the lease, going on after a failure;
 # a family that timed out (which leaves no report) runs once more with LIMIT=1 REPEATS=1 when at
@@ -35,19 +41,24 @@
 # runs the whole canvas, the others the 32-token block alone against the cached rest).
 #
 # Output under OUT (default gpu-check-results/): gpu_check.log (everything printed), nvidia-smi.txt,
-# checkpoints.log, <family>/speed.json, <family>/speed.md, <family>/bench.log (and
-# bench-timed-out.log after a retry), summary.md. Exit status: 0 when every family wrote a report.
+# forward/gpu_forward.json and forward/gpu_forward.md (step 1b), forward.log, checkpoints.log,
+# <family>/speed.json, <family>/speed.md, <family>/bench.log (and bench-timed-out.log after a
+# retry), summary.md. Exit status: 0 when step 1b measured every model and every family wrote a report.
 #
 # Environment overrides [defaults]:
 #   DEVICE [cuda]   SIZE [100m; tiny: a few hundred K parameters]   LIMIT [3 prompts]
-#   LENGTH [256 tokens]   REPEATS [2]   FAMILIES [qwen2,dream,llada,diffusion_gemma]
+#   LENGTH [256 tokens]   REPEATS [2]   FAMILIES [qwen2,dream,llada,sdar,fast_dllm_v2,diffusion_gemma]
+#   FORWARD [1; 0 skips step 1b]   FORWARD_SCALE [real; toy for a CPU]   FORWARD_BUDGET [210 s]
+#   FORWARD_MODELS [dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma]
 #   AR [1; 0 skips the autoregressive baseline]   SETTINGS [per family as above; "all" for every
 #   setting the bench has; or a comma-separated list valid for every family]
-#   FAMILY_TIMEOUT [90 s]   BUDGET [290 s for the whole check: a family starts only with 20 s of it
+#   FAMILY_TIMEOUT [90 s]   BUDGET [420 s for the whole check: a family starts only with 20 s of it
 #   left and never runs past it]   PYTHON [python, else python3]
 #
-# Expected time on one H200 with the defaults, about 2.5-4 minutes: checkpoints ~15 s (imports,
-# 4 x ~100M weights drawn on the GPU, 0.8 GB written); then per family ~10 s of imports, CUDA start
+# Expected time on one H200 with the defaults, about 5-7 minutes (the budget stops it at 7): step
+# 1b ~2-3.5 minutes (CUDA start, each model built in ~5-15 s, ~90 timed passes each, the largest
+# 16 x 1,024 tokens); checkpoints ~15 s (imports, 6 x ~100M weights drawn on the GPU, 1.2 GB
+# written); then per family ~10 s of imports, CUDA start
 # and loading, 2 settings x (16 + 3 x 2 x 256) = ~3,100 passes at ~4-8 ms (launch-bound at this
 # size; DiffusionGemma's MoE passes cost 2-3 times more, its fast setting needs only ~300), and
 # ~1,550 autoregressive tokens at ~5 ms: ~35-60 s per family.
@@ -59,11 +70,15 @@ SIZE=${SIZE:-100m}
 LIMIT=${LIMIT:-3}
 LENGTH=${LENGTH:-256}
 REPEATS=${REPEATS:-2}
-FAMILIES=${FAMILIES:-qwen2,dream,llada,diffusion_gemma}
+FAMILIES=${FAMILIES:-qwen2,dream,llada,sdar,fast_dllm_v2,diffusion_gemma}
+FORWARD=${FORWARD:-1}
+FORWARD_SCALE=${FORWARD_SCALE:-real}
+FORWARD_BUDGET=${FORWARD_BUDGET:-210}
+FORWARD_MODELS=${FORWARD_MODELS:-dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma}
 AR=${AR:-1}
 SETTINGS=${SETTINGS:-}
 FAMILY_TIMEOUT=${FAMILY_TIMEOUT:-90}
-BUDGET=${BUDGET:-290}
+BUDGET=${BUDGET:-420}
 PYTHON=${PYTHON:-$(command -v python || command -v python3 || echo python)}
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -119,6 +134,7 @@ check() {
     echo "== dcode GPU check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
     echo "   DEVICE=$DEVICE SIZE=$SIZE LIMIT=$LIMIT LENGTH=$LENGTH REPEATS=$REPEATS AR=$AR FAMILIES=$FAMILIES"
     echo "   SETTINGS=${SETTINGS:-per family} FAMILY_TIMEOUT=$FAMILY_TIMEOUT BUDGET=$BUDGET PYTHON=$PYTHON OUT=$OUT"
+    echo "   FORWARD=$FORWARD FORWARD_SCALE=$FORWARD_SCALE FORWARD_BUDGET=$FORWARD_BUDGET FORWARD_MODELS=$FORWARD_MODELS"
     echo "   git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
     echo "== nvidia-smi"
@@ -130,6 +146,21 @@ check() {
         head -n 2 "$OUT/nvidia-smi.txt"
     else
         echo "nvidia-smi not found" | tee "$OUT/nvidia-smi.txt"
+    fi
+
+    if [ "$FORWARD" != 0 ]; then
+        echo "== forward passes ($FORWARD_SCALE shapes): $FORWARD_MODELS (budget $FORWARD_BUDGET s)"
+        rc=0
+        limited $((FORWARD_BUDGET + 60)) "$PYTHON" "$ROOT/benchmarks/gpu_forward.py" "$OUT/forward" \
+            --scale "$FORWARD_SCALE" --device "$DEVICE" --models "$FORWARD_MODELS" --budget "$FORWARD_BUDGET" \
+            --repeats "$([ "$FORWARD_SCALE" = toy ] && echo 1 || echo 5)" 2>"$OUT/forward.log" || rc=$?
+        if [ "$rc" -eq 0 ]; then
+            status+=("forward: ok in $((SECONDS - began)) s")
+        else
+            status+=("forward: FAILED (exit $rc)")
+            tail -n 15 "$OUT/forward.log" | sed 's/^/   | /'
+        fi
+        echo "   ${status[-1]}"
     fi
 
     echo "== checkpoints ($SIZE) into $CKPT"

@@ -126,13 +126,16 @@ def benchmark_module(filename: str) -> ModuleType:
 
 
 def make_checkpoints() -> ModuleType:
-    """benchmarks/make_checkpoints.py: the tests share its generated Python corpus and tokenizer writer."""
+    """benchmarks/make_checkpoints.py, whose main() the GPU-check tests run.
+    Its writers live in dcode.train.random_checkpoints."""
     return benchmark_module("make_checkpoints.py")
 
 
 def python_lines(count: int = 300) -> list[str]:
     """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
-    return make_checkpoints().python_lines(count)
+    from dcode.train.random_checkpoints import python_lines as lines
+
+    return lines(count)
 
 
 def write_tiny_checkpoint(folder: Path, *, block: int | None, shifted: bool = True, seed: int = 0) -> None:

@@ -22,7 +22,8 @@ from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.models import apply_defaults, family_of
 from dcode.models.base import ModelFacts
-from dcode.models.diffusion_gemma import DEFAULTS, sampling_defaults
+from dcode.models.facts import GEMMA_DEFAULTS as DEFAULTS
+from dcode.models.facts import gemma_defaults as sampling_defaults
 from dcode.sampler import Step, denoise, final, linear_temperature, uniform_noise
 
 CANVAS = 8  # the tiny checkpoint's canvas_length: a 16-token answer takes two canvases

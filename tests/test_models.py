@@ -242,7 +242,8 @@ def test_window_pass_on_an_unchanged_canvas_is_the_full_pass(full_model, window:
     assert cache.length == 19 - (hi - lo)
     got = full_model.window(ids[None, lo:hi], cache)[0]
     assert cache.length == 19 - (hi - lo)  # the window's keys/values are not kept
-    assert torch.allclose(got, full[lo:hi], atol=1e-5), (got - full[lo:hi]).abs().max()
+    # float32 rounding of logits ~10 (two attention kernels of different shapes)
+    assert torch.allclose(got, full[lo:hi], atol=1e-4), (got - full[lo:hi]).abs().max()
     with pytest.raises(ValueError, match="holds"):
         full_model.window(ids[None, lo : hi - 1], cache)
 

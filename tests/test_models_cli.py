@@ -76,7 +76,7 @@ def test_pull_then_list_then_new(hub):
     folder = Path(result.stdout.strip())
     assert folder == cache / "models--org--dream" / "snapshots" / "abc"
     assert not (folder / "pytorch_model.bin").exists() and not (folder / "modeling_dream.py").exists()
-    assert result.stderr.startswith("dcode: org/dream: dream, ") and "bfloat16" in result.stderr
+    assert result.stderr.startswith("dcode: org/dream: dream, ") and "float32" in result.stderr
     assert calls[0] == ("org/dream", None, ("config.json",))
 
     listing = run(ns, ["models"])
@@ -100,7 +100,7 @@ def test_pull_refuses_unsupported_before_the_weights(hub):
     ns = build_app()
     result = run(ns, ["models", "pull", "org/bert"])
     assert result.exit_code == 2
-    supported = "diffusion_gemma, dream, llada, qwen2, qwen3"
+    supported = "diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar"
     assert result.stderr == f"dcode: error: org/bert: unsupported model_type 'bert' (supported: {supported})\n"
     assert calls == [("org/bert", None, ("config.json",))]
     assert not (cache / "models--org--bert" / "snapshots" / "abc" / "model.safetensors").exists()
@@ -136,3 +136,64 @@ def test_family_defaults_merge(hub):
     assert seen["fields"] == set()
     CliRunner().invoke(ns["app"], ["probe", "--temperature", "0.5"], env={"DCODE_ORDER": "margin"})
     assert seen["fields"] == {"temperature", "ordering"}
+
+
+def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
+    """End-of-answer tokens, pad, mask, shift and block of each model, read from its files alone;
+    here an SDAR folder with the released ids (JetAstra/SDAR config and generation_config)."""
+    from test_families import cache_repo, release_files
+
+    cache, _ = hub
+    release_files(tmp_path / "sdar", "sdar")
+    cache_repo(cache, "JetLM/SDAR-4B-Chat", tmp_path / "sdar")
+    result = run(build_app(), ["models", "--verbose"])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith("dcode-tiny") and lines[5].startswith("JetLM/SDAR-4B-Chat")
+    assert lines[2:5] == [
+        "  end of answer: <|eos|> (1)",
+        "  pad: <|pad|> (0)   mask: <|mask|> (2)",
+        "  logits shifted: yes   block: 16   max length: 2048",
+    ]
+    assert lines[6:9] == [
+        "  end of answer: <|endoftext|> (151643), <|im_end|> (151645)",
+        "  pad: <|endoftext|> (151643)   mask: <|MASK|> (151669)",
+        "  logits shifted: no   block: 4   max length: 32768",
+    ]
+    rows = json.loads(run(build_app(), ["models", "--verbose", "--json"]).stdout)
+    sdar = rows[1]["facts"]
+    assert (sdar["mask"], sdar["shifted"], sdar["block"]) == ({"id": 151669, "token": "<|MASK|>"}, False, 4)
+    assert "facts" not in json.loads(run(build_app(), ["models", "--json"]).stdout)[0]
+
+
+def test_pull_quiet_or_piped_sets_the_progress_bars_without_crashing(tmp_path):
+    """A fresh process (huggingface_hub.utils not yet imported), stderr a pipe and -q: the switch
+    that hides huggingface_hub's progress bars must be reached through a module it imports."""
+    import os
+    import subprocess
+
+    source = tmp_path / "remote"
+    dream_checkpoint(source)
+    script = f"""
+import shutil, sys
+from pathlib import Path
+import huggingface_hub
+
+def fake_snapshot_download(repo_id, *, revision=None, allow_patterns=None, **kwargs):
+    snapshot = Path({str(tmp_path / "hub")!r}) / "models--org--dream" / "snapshots" / "abc"
+    shutil.copytree({str(source)!r}, snapshot, dirs_exist_ok=True)
+    (snapshot.parents[1] / "refs").mkdir(exist_ok=True)
+    (snapshot.parents[1] / "refs" / "main").write_text("abc")
+    return str(snapshot)
+
+huggingface_hub.snapshot_download = fake_snapshot_download  # no network
+from dcode.cli import app
+app(["models", "pull", "org/dream", *sys.argv[1:]], prog_name="dcode")
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DCODE_")} | {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    for args in (["-q"], []):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip().endswith("snapshots/abc") and "Traceback" not in done.stderr

@@ -39,10 +39,6 @@ def transformers_twin(folder: Path) -> models.Denoiser:
         torch.float32,
         name="twin",
         family="qwen2",
-        shifted=True,
-        block=qwen2.block_of(config),
-        max_length=512,
-        defaults={},
     )
 
 

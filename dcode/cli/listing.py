@@ -47,13 +47,70 @@ models_app = typer.Typer(
 app.add_typer(models_app, name="models")
 
 
+def beliefs(name: str, path: Path) -> dict[str, object]:
+    """What dcode believes about a checkpoint before trusting it (dcode.models.describe), as JSON
+    values: each special token as {"id", "token"}; or {"error": ...} when its files do not say."""
+    from dcode.models import ModelError, describe
+    from dcode.models.facts import TokenTable, token_names
+
+    try:
+        facts = describe(name, path)
+        names = token_names(facts, TokenTable(path))
+    except ModelError as error:
+        return {"error": str(error)}
+
+    def token(i: int) -> dict[str, object]:
+        return {"id": i, "token": names.get(i)}
+
+    return {
+        "end": [token(i) for i in sorted(facts.eos_ids)],
+        "pad": token(facts.pad_id),
+        "mask": None if facts.noise == "uniform" else token(facts.mask_id),
+        "noise": facts.noise,
+        "shifted": facts.shifted,
+        "block": facts.block,
+        "max_length": facts.max_length,
+        "vocab_size": facts.vocab_size,
+    }
+
+
+def belief_lines(facts: dict[str, object]) -> list[str]:
+    """beliefs() as the indented lines under a model's row."""
+    if "error" in facts:
+        return [f"  facts: {facts['error']}"]
+
+    def show(token: object) -> str:
+        assert isinstance(token, dict)
+        return f"{token['token'] or '?'} ({token['id']})"
+
+    ends = facts["end"]
+    assert isinstance(ends, list)
+    mask = "none: uniform noise" if facts["mask"] is None else show(facts["mask"])
+    block = facts["block"] or "none (full attention)"
+    return [
+        f"  end of answer: {', '.join(show(t) for t in ends) or 'none'}",
+        f"  pad: {show(facts['pad'])}   mask: {mask}",
+        f"  logits shifted: {'yes' if facts['shifted'] else 'no'}   block: {block}   max length: {facts['max_length']}",
+    ]
+
+
 @models_app.callback(invoke_without_command=True)
 def models_command(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            envvar="DCODE_VERBOSE",
+            help="Also show each model's end, pad and mask tokens, shift, block.",
+        ),
+    ] = False,
 ) -> None:
     """List the embedded model and every checkpoint of a supported family in the Hugging Face cache
-    (HF_HUB_CACHE / HF_HOME). Nothing is loaded: sizes come from the safetensors headers."""
+    (HF_HUB_CACHE / HF_HOME). Nothing is loaded: sizes come from the safetensors headers, and
+    --verbose reads the special tokens from the config and tokenizer files."""
     import json
 
     from dcode.models import list_models
@@ -61,6 +118,7 @@ def models_command(
     if ctx.invoked_subcommand is not None:
         return
     found = list_models()
+    facts = {i.name: beliefs(i.name, i.path) for i in found} if verbose else {}
     if as_json:
         rows = [
             {
@@ -71,6 +129,7 @@ def models_command(
                 "size_bytes": i.size_bytes,
                 "complete": i.complete,
                 "path": str(i.path),
+                **({"facts": facts[i.name]} if verbose else {}),
             }
             for i in found
         ]
@@ -81,8 +140,11 @@ def models_command(
         note = "" if i.complete else f"incomplete: run `dcode models pull {i.name}`"
         table.append((i.name, i.family, human_count(i.parameters), i.dtype or "-", human_bytes(i.size_bytes), note))
     widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
-    for row in table:
+    for number, row in enumerate(table):
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        if verbose and number > 0:
+            for line in belief_lines(facts[row[0]]):
+                typer.echo(line)
 
 
 @models_app.command("pull")
@@ -101,10 +163,11 @@ def models_pull(
 
     import huggingface_hub
     from huggingface_hub import errors as hub_errors
+    from huggingface_hub.utils import disable_progress_bars  # huggingface_hub.utils is not imported by itself
 
     # huggingface_hub draws its tqdm bars on stderr; only a terminal gets them.
     if quiet or not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
-        huggingface_hub.utils.disable_progress_bars()
+        disable_progress_bars()
 
     # 2) config.json first: a family dcode cannot run is refused before gigabytes are fetched
     try:

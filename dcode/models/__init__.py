@@ -1,8 +1,9 @@
 """Resolve a model spec (nothing, a folder, a Hugging Face id) and load it with its family module.
 
 Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
-`model_type`, else `architectures`), finding an id in the local Hugging Face cache, listing the
-models there, and merging a family's sampler defaults into the user's settings. Never downloads
+`model_type`, else the classes `architectures` or `auto_map` name), finding an id in the local
+Hugging Face cache, listing the models there (and what a load would state about each, torch-free:
+describe), and merging a family's sampler defaults into the user's settings. Never downloads
 and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
 load(), never at import time; listing reads safetensors headers with json alone.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dcode.models import checkpoint
+from dcode.models import checkpoint, facts
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "ModelInfo",
     "apply_defaults",
     "default_cache_dir",
+    "describe",
     "family_of",
     "list_models",
     "load",
@@ -51,12 +53,14 @@ class Family:
     architectures: frozenset[str]  # config.json architectures, tried when model_type is unknown
 
 
-# Families dcode loads on transformers' own classes, by the name facts.family reports.
+# Families dcode loads on transformers' own classes, by the name facts.family reports; detected
+# from what the released config.json files say (model_type, else architectures or auto_map).
 FAMILIES = {
     "dream": Family("dream", frozenset({"dream"}), frozenset({"DreamModel"})),
     "llada": Family("llada", frozenset({"llada"}), frozenset({"LLaDAModelLM"})),
-    "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),
-    "qwen3": Family("qwen2", frozenset({"qwen3"}), frozenset()),  # SDAR-style: same module
+    "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),  # dcode's own format (dcode-tiny)
+    "sdar": Family("sdar", frozenset({"sdar"}), frozenset({"SDARForCausalLM"})),
+    "fast_dllm_v2": Family("fast_dllm", frozenset({"fast_dllm_qwen"}), frozenset({"Fast_dLLM_QwenForCausalLM"})),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})
@@ -64,14 +68,25 @@ FAMILIES = {
 }
 
 
+def class_names(config: Mapping[str, Any]) -> set[str]:
+    """The model classes a config.json names: architectures, and auto_map's "module.Class" values."""
+    names = config.get("architectures")
+    found = {a for a in names if isinstance(a, str)} if isinstance(names, list) else set()
+    auto_map = config.get("auto_map")
+    for value in auto_map.values() if isinstance(auto_map, dict) else ():
+        for entry in value if isinstance(value, list) else [value]:
+            if isinstance(entry, str):
+                found.add(entry.rsplit(".", 1)[-1])
+    return found
+
+
 def family_of(config: Mapping[str, Any]) -> str | None:
-    """The family that reads a config.json, by model_type, then by architectures; None if none."""
+    """The family that reads a config.json, by model_type, then by the classes it names; None if none."""
     model_type = str(config.get("model_type") or "").lower()
-    architectures = config.get("architectures")
-    names = {a for a in architectures if isinstance(a, str)} if isinstance(architectures, list) else set()
     for family, spec in FAMILIES.items():
         if model_type in spec.model_types:
             return family
+    names = class_names(config)
     for family, spec in FAMILIES.items():
         if names & spec.architectures:
             return family
@@ -186,6 +201,13 @@ def model_info(name: str, folder: Path) -> ModelInfo:
         size_bytes=sum(p.stat().st_size for p in files),
         complete=complete,
     )
+
+
+def describe(name: str, folder: Path) -> ModelFacts:
+    """The facts loading `folder` would state (special tokens, shift, block), from its files alone:
+    no torch, no weights. ModelError when a load would fail on them too."""
+    config = checkpoint.read_config(folder)
+    return facts.describe(require_family(config, folder), folder, config, name)
 
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:

@@ -12,7 +12,7 @@ llada) decide the config, the names and the facts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,8 @@ from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.facts import state_facts
+from dcode.models.checkpoint import need, read_headers
+from dcode.models.facts import STATE, require_tokenizer
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
 from dcode.models.plain_tokenizer import settings_of
 
@@ -167,6 +168,11 @@ class DecoderDenoiser:
 # Loading
 
 
+def unread(key: str) -> bool:
+    """A checkpoint weight left unread on purpose: a recomputed buffer, or renamed to "unread."."""
+    return key.endswith(IGNORED_KEYS) or key.startswith("unread.")
+
+
 def quiet_transformers() -> None:
     transformers_logging.disable_progress_bar()  # stderr is for dcode's own progress
     transformers_logging.set_verbosity_error()
@@ -188,6 +194,8 @@ def load_weights(
     dtype: torch.dtype,
     key_mapping: Mapping[str, str] | None = None,
     generation_config: GenerationConfig | None = None,
+    *,
+    original_name: Callable[[str], str] | None = None,
 ) -> PreTrainedModel:
     """The checkpoint's safetensors (one file or shards) in `model_class`, built from `config`.
     Call checkpoint.read_headers(folder) first: it turns bad files into one-line errors.
@@ -197,8 +205,11 @@ def load_weights(
 
     key_mapping: regex -> replacement on checkpoint names (transformers' own renaming). A weight
     the model needs but the files lack, a shape that does not fit, or a checkpoint weight that
-    maps onto nothing is a ModelError: each would otherwise give a silently wrong model.
+    maps onto nothing is a ModelError (except a target named "unread.*": a weight the family's
+    own modeling code never reads): each would otherwise give a silently wrong model. Its
+    message names the weight as the user's files do (original_name: renamed -> as in the files).
     """
+    named = original_name or (lambda key: key)
     quiet_transformers()
     try:
         loaded: Any = model_class.from_pretrained(
@@ -216,16 +227,24 @@ def load_weights(
         )
         model, info = loaded
     except OSError as error:  # safetensors or transformers failing on a file past the header check
-        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+        raise ModelError(f"{folder}: cannot load weights: {one_line(error)}") from None
     problems = [
-        *(f"missing {k}" for k in sorted(info["missing_keys"])),
-        *(f"{k[0]} has shape {tuple(k[1])}, the config needs {tuple(k[2])}" for k in sorted(info["mismatched_keys"])),
-        *(f"unused {k}" for k in sorted(info["unexpected_keys"]) if not k.endswith(IGNORED_KEYS)),
+        *(f"missing {named(k)}" for k in sorted(info["missing_keys"])),
+        *(
+            f"{named(k[0])} has shape {tuple(k[1])}, the config needs {tuple(k[2])}"
+            for k in sorted(info["mismatched_keys"])
+        ),
+        *(f"unused {named(k)}" for k in sorted(info["unexpected_keys"]) if not unread(k)),
     ]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
     return model.to(device).eval()
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's whole message on one line (transformers' run over several)."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
@@ -236,18 +255,50 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     AutoTokenizer choose, except that a tokenizer_config asking for remote code (auto_map) or
     naming PreTrainedTokenizerFast gets PreTrainedTokenizerFast: transformers 5's AutoTokenizer
     gives a qwen2 folder Qwen2Tokenizer, whose own pre-tokenizer replaces the one in
-    tokenizer.json (dcode-tiny's code-aware one, for instance).
+    tokenizer.json (dcode-tiny's code-aware one, for instance). A folder without tokenizer files,
+    or one whose tokenizer knows no tokens, is a one-line ModelError (transformers would load an
+    empty tokenizer).
     """
+    require_tokenizer(folder)
     try:
         if tokenizer_class is None:
             settings = settings_of(folder)
             if "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
                 tokenizer_class = PreTrainedTokenizerFast
-            else:
-                return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
-        return tokenizer_class.from_pretrained(str(folder), local_files_only=True)
+        if tokenizer_class is None:
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
+        else:
+            tokenizer = tokenizer_class.from_pretrained(str(folder), local_files_only=True)
     except (OSError, ValueError, TypeError) as error:
-        raise ModelError(f"{folder}: cannot load the tokenizer: {str(error).splitlines()[0]}") from None
+        raise ModelError(f"{folder}: cannot load the tokenizer: {one_line(error)}") from None
+    if not tokenizer.get_vocab():
+        raise ModelError(f"{folder}: the tokenizer files hold no tokens")
+    return tokenizer
+
+
+# config.json keys that mean the same in Qwen2Config (copied when set, transformers' defaults otherwise).
+QWEN2_KEYS = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "hidden_act", "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "tie_word_embeddings", "attention_dropout", "use_sliding_window", "sliding_window", "max_window_layers",
+    "bos_token_id", "eos_token_id", "pad_token_id",
+)  # fmt: skip
+# Qwen3Config's: Qwen2's plus the head size and the (off) q/k/v/o bias switch.
+QWEN3_KEYS = (*QWEN2_KEYS, "head_dim", "attention_bias")
+REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+def qwen_values(config: Mapping[str, Any], folder: Path, keys: tuple[str, ...], model_type: str) -> dict[str, Any]:
+    """A remote-code Qwen-layered config.json (Dream, SDAR, Fast-dLLM v2) -> the values of the
+    transformers config of `model_type` ("qwen2", "qwen3"); the sizes transformers would default
+    (to a 7B model's) must be there. Reads the safetensors headers: without an lm_head the head is
+    tied, whatever the config says is left to transformers."""
+    for key in REQUIRED:
+        need(dict(config), folder, key)
+    values = {key: config[key] for key in keys if config.get(key) is not None}
+    values.setdefault("tie_word_embeddings", "lm_head.weight" not in read_headers(folder))
+    values["model_type"] = model_type
+    return values
 
 
 def build(
@@ -260,34 +311,13 @@ def build(
     *,
     name: str,
     family: str,
-    shifted: bool,
-    block: int | None,
-    max_length: int,
-    defaults: Mapping[str, object],
     key_mapping: Mapping[str, str] | None = None,
     tokenizer_class: type | None = None,
-    mask_token: str | None = None,
-    end_tokens: Iterable[str] = (),
-    prompt: str = "new",
+    original_name: Callable[[str], str] | None = None,
 ) -> DecoderDenoiser:
-    """Load tokenizer and weights and state the facts: the one path every family module takes.
-    The family module has already called checkpoint.read_headers(folder)."""
+    """Load tokenizer and weights and state the facts (facts.STATE[family]): the one path every
+    family module takes. The family module has already called checkpoint.read_headers(folder)."""
     tokenizer = load_tokenizer(folder, tokenizer_class)
-    vocab_size = int(model_config.vocab_size)
-    facts = state_facts(
-        folder,
-        config,
-        tokenizer,
-        vocab_size,
-        mask_token=mask_token,
-        end_tokens=end_tokens,
-        name=name,
-        family=family,
-        shifted=shifted,
-        block=block,
-        max_length=max_length,
-        prompt=prompt,
-        defaults=dict(defaults),
-    )
-    model = load_weights(model_class, folder, model_config, device, dtype, key_mapping)
+    facts = STATE[family](folder, config, tokenizer, name)
+    model = load_weights(model_class, folder, model_config, device, dtype, key_mapping, original_name=original_name)
     return DecoderDenoiser(model, tokenizer, facts)

@@ -11,6 +11,7 @@ mask token is `<|mdm_mask|>` (126336), answers end with <|eot_id|> (126348) and 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +22,42 @@ from dcode.models.base import ModelError
 from dcode.models.checkpoint import need, read_headers
 from dcode.models.decoder import DecoderDenoiser, build, make_config
 
-# LLaDA's generate.py settings: low-confidence remasking (probability of the chosen token),
-# greedy (temperature 0), semi-autoregressive blocks of 32 tokens.
-DEFAULTS: dict[str, object] = {"ordering": "confidence", "temperature": 0.0, "block": 32}
-MASK_TOKEN = "<|mdm_mask|>"
-END_TOKENS = ("<|eot_id|>", "<|endoftext|>")
 LM_HEAD = "model.transformer.ff_out.weight"  # absent when the head is tied to wte (weight_tying)
-# LLaDA weight names -> transformers Llama names (regexes, as from_pretrained's key_mapping).
-# Every source is anchored on "model.transformer.", which no target contains, so none chain.
-BLOCK = r"^model\.transformer\.blocks\.(\d+)\."
+# LLaDA's names -> transformers Llama's: (LLaDA part, Llama part) after "model.transformer." and
+# after "model.transformer.blocks.N." / "model.layers.N.". From this table the loader builds the
+# renaming regexes, and error messages the way back to the names in the user's files.
+TOP_NAMES = (("wte.", "model.embed_tokens."), ("ln_f.", "model.norm."), ("ff_out.", "lm_head."))
+LAYER_NAMES = (
+    ("q_proj.", "self_attn.q_proj."),
+    ("k_proj.", "self_attn.k_proj."),
+    ("v_proj.", "self_attn.v_proj."),
+    ("attn_out.", "self_attn.o_proj."),
+    ("attn_norm.", "input_layernorm."),
+    ("ff_norm.", "post_attention_layernorm."),
+    ("ff_proj.", "mlp.gate_proj."),  # silu is applied to it: the gate
+    ("up_proj.", "mlp.up_proj."),
+    ("ff_out.", "mlp.down_proj."),
+)
+# Regexes as from_pretrained's key_mapping. Every source is anchored on "model.transformer.",
+# which no target contains, so none chain.
 RENAMES = {
-    r"^model\.transformer\.wte\.": "model.embed_tokens.",
-    r"^model\.transformer\.ln_f\.": "model.norm.",
-    r"^model\.transformer\.ff_out\.": "lm_head.",
-    BLOCK + r"q_proj\.": r"model.layers.\1.self_attn.q_proj.",
-    BLOCK + r"k_proj\.": r"model.layers.\1.self_attn.k_proj.",
-    BLOCK + r"v_proj\.": r"model.layers.\1.self_attn.v_proj.",
-    BLOCK + r"attn_out\.": r"model.layers.\1.self_attn.o_proj.",
-    BLOCK + r"attn_norm\.": r"model.layers.\1.input_layernorm.",
-    BLOCK + r"ff_norm\.": r"model.layers.\1.post_attention_layernorm.",
-    BLOCK + r"ff_proj\.": r"model.layers.\1.mlp.gate_proj.",  # silu is applied to it: the gate
-    BLOCK + r"up_proj\.": r"model.layers.\1.mlp.up_proj.",
-    BLOCK + r"ff_out\.": r"model.layers.\1.mlp.down_proj.",
+    **{rf"^model\.transformer\.{re.escape(a)}": b for a, b in TOP_NAMES},
+    **{rf"^model\.transformer\.blocks\.(\d+)\.{re.escape(a)}": rf"model.layers.\1.{b}" for a, b in LAYER_NAMES},
 }
+BACK = [(re.compile("^" + re.escape(b)), f"model.transformer.{a}") for a, b in TOP_NAMES] + [
+    (re.compile(rf"^model\.layers\.(\d+)\.{re.escape(b)}"), rf"model.transformer.blocks.\1.{a}") for a, b in LAYER_NAMES
+]
+
+
+def original_name(key: str) -> str:
+    """A Llama weight name -> the LLaDA name it is read from.
+    Example: model.layers.1.mlp.up_proj.weight -> model.transformer.blocks.1.up_proj.weight."""
+    for pattern, replacement in BACK:
+        if pattern.match(key):
+            return pattern.sub(replacement, key, count=1)
+    return key
+
+
 # OLMo options the Llama classes cannot express: (key, value that needs them, what it means).
 UNSUPPORTED = (
     ("include_bias", True, "biases on every linear layer"),
@@ -104,23 +118,17 @@ def llama_values(config: dict[str, Any], folder: Path, has_lm_head: bool) -> dic
 
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
-    """Load a local LLaDA checkpoint folder (safetensors, possibly sharded) as a denoiser."""
+    """Load a local LLaDA checkpoint folder (safetensors, possibly sharded) as a denoiser: full
+    bidirectional attention, unshifted logits (facts.SPECS["llada"])."""
     values = llama_values(config, folder, has_lm_head=LM_HEAD in read_headers(folder))
+    mapping = RENAMES
+    if values["tie_word_embeddings"]:
+        # weight_tying: LLaDA's modeling builds no ff_out and reads logits off wte; a head saved
+        # anyway is left unread, as there (it would otherwise untie the model).
+        # The first pattern that matches renames a key, so this one goes before RENAMES'.
+        mapping = {r"^model\.transformer\.ff_out\.weight$": "unread.ff_out.weight", **RENAMES}
     return build(
-        folder,
-        config,
-        LlamaForCausalLM,
-        make_config(LlamaConfig, values, folder),
-        device,
-        dtype,
-        name=name,
-        family="llada",
-        shifted=False,
-        block=None,  # full bidirectional attention
-        max_length=values["max_position_embeddings"],
-        defaults=DEFAULTS,
-        key_mapping=RENAMES,
-        tokenizer_class=PreTrainedTokenizerFast,
-        mask_token=MASK_TOKEN,
-        end_tokens=END_TOKENS,
-    )
+        folder, config, LlamaForCausalLM, make_config(LlamaConfig, values, folder), device, dtype,
+        name=name, family="llada", key_mapping=mapping, tokenizer_class=PreTrainedTokenizerFast,
+        original_name=original_name,
+    )  # fmt: skip

@@ -1,12 +1,12 @@
-"""Native Qwen2 / Qwen3 checkpoints: dcode-tiny and block-diffusion models (SDAR / Fast-dLLM v2 style).
+"""dcode's own format (dcode-tiny): Qwen2 layers under a config.json whose model_type is "qwen2",
+with the diffusion keys dcode adds: the attention block (`block_size`; none = full attention),
+`shifted_logits` (default true), `mask_token_id`, `dcode_prompt` and `dcode_defaults`.
 
-Owns: reading a config.json whose model_type transformers knows ("qwen2", "qwen3") with the
-diffusion keys dcode adds or these models carry: the attention block (`block_size`, `bd_size`,
-`block_length`; none = full attention), `shifted_logits` (default true), `mask_token_id` and
-`dcode_prompt`; and choosing who runs it. A block-causal Qwen2 checkpoint of the plain kind
-(native_fits) runs on dcode.models.native, without importing transformers (2-3 s of start-up on a
-small CPU); everything else on transformers' classes through decoder.DecoderDenoiser, which the
-Dream and LLaDA modules share. Knows nothing about sampling strategies, files or the terminal.
+Owns choosing who runs such a checkpoint. A block-causal one of the plain kind (native_fits) runs
+on dcode.models.native, without importing transformers (2-3 s of start-up on a small CPU);
+everything else on transformers' Qwen2ForCausalLM through decoder.DecoderDenoiser, which every
+family module shares. Released block-diffusion checkpoints (SDAR, Fast-dLLM v2) have modules of
+their own. The facts are stated in facts.py. Knows nothing about sampling, files or the terminal.
 """
 
 from __future__ import annotations
@@ -20,23 +20,14 @@ import torch
 from dcode.models import native, plain_tokenizer
 from dcode.models.base import Denoiser
 from dcode.models.checkpoint import need, read_config, read_headers
-from dcode.models.facts import state_facts
+from dcode.models.facts import SPECS, positive, require_tokenizer, state
 
-__all__ = ["DEFAULTS", "block_of", "load", "native_fits"]
-
-# config.json keys that carry the attention block size, in the order they are tried.
-BLOCK_KEYS = ("block_size", "bd_size", "block_length")
-# No family-wide sampler recommendation: the CLI's own defaults (Fast-dLLM threshold) apply, unless
-# the checkpoint's config.json carries its own measured ones under "dcode_defaults" (dcode-tiny does).
-DEFAULTS: dict[str, object] = {}
+__all__ = ["block_of", "load", "native_fits"]
 
 
 def block_of(config: Mapping[str, Any]) -> int | None:
     """The attention block size from config.json; None (full attention) if none is given."""
-    for key in BLOCK_KEYS:
-        if isinstance(config.get(key), int) and config[key] > 0:
-            return int(config[key])
-    return None
+    return positive(config, SPECS["qwen2"].block_keys)
 
 
 def native_fits(config: Mapping[str, Any]) -> bool:
@@ -64,43 +55,33 @@ def load(
     *,
     native_path: bool = True,
 ) -> Denoiser:
-    """Load a local Qwen2 / Qwen3 checkpoint folder (safetensors only) as a denoiser.
+    """Load a local checkpoint folder in dcode's Qwen2 format (safetensors only) as a denoiser.
     native_path=False: transformers' classes and tokenizer even where the native path fits (the
     baseline benchmarks/sampling.py --transformers measures against)."""
     config = config if config is not None else read_config(folder)
-    model_type = str(config.get("model_type"))
     read_headers(folder)  # no weights, missing shards, bad or truncated files: one-line errors first
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
         need(config, folder, key)  # transformers' defaults would build a 7B model instead
-    fields: dict[str, Any] = {
-        "name": name,
-        "family": model_type,
-        "shifted": bool(config.get("shifted_logits", True)),
-        "block": block_of(config),
-        "max_length": int(config.get("max_position_embeddings") or 2048),
-        "defaults": {**DEFAULTS, **(config.get("dcode_defaults") or {})},
-        "prompt": str(config.get("dcode_prompt") or "new"),
-    }
     if native_path and native_fits(config):
-        return load_native(folder, config, device, dtype, fields)
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+        return load_native(folder, config, device, dtype, name)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from dcode.models.decoder import build, make_config
 
-    classes = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
-    config_class, model_class = classes[model_type]  # qwen3 (SDAR): Qwen2 layers plus q/k RMSNorm, no qkv bias
-    return build(folder, config, model_class, make_config(config_class, config, folder), device, dtype, **fields)
+    model_config = make_config(Qwen2Config, config, folder)
+    return build(folder, config, Qwen2ForCausalLM, model_config, device, dtype, name=name, family="qwen2")
 
 
 def load_native(
-    folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype, fields: dict[str, Any]
+    folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype, name: str
 ) -> native.NativeDenoiser:
     """The checkpoint on dcode.models.native; its tokenizer read by `tokenizers` alone when plain."""
+    require_tokenizer(folder)
     if plain_tokenizer.fits(folder):
         tokenizer: Any = plain_tokenizer.PlainTokenizer(folder)
     else:
         from dcode.models.decoder import load_tokenizer
 
         tokenizer = load_tokenizer(folder)
-    facts = state_facts(folder, config, tokenizer, int(config["vocab_size"]), **fields)
+    facts = state("qwen2", folder, config, tokenizer, name)
     return native.NativeDenoiser(native.load_weights(folder, config, device, dtype), tokenizer, facts)

@@ -1,0 +1,29 @@
+"""SDAR (JetLM/SDAR-1.7B-Chat, -4B-Chat, -8B-Chat) on transformers' Qwen3 classes.
+
+A released SDAR checkpoint says model_type "sdar", architectures ["SDARForCausalLM"], and ships
+remote modeling code (JetAstra/SDAR, training/model/*): Qwen3 layers (q/k RMSNorm, no biases)
+under Qwen3's weight names, block-causal attention in blocks of `block_size` (4), the mask token
+`<|MASK|>` (151669) in config.json, end of answer from generation_config.json ([151645, 151643]).
+Its generate.py samples each position from the logits at that same position: not shifted.
+Here the config is mapped onto Qwen3Config and the weights load into Qwen3ForCausalLM, run
+block-causal with an exact cache of finished blocks (decoder.DecoderDenoiser). The facts are
+stated in facts.py (SPECS["sdar"]). Knows nothing about sampling, files or the terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dcode.models.decoder import QWEN3_KEYS, DecoderDenoiser, build, make_config, qwen_values
+
+if TYPE_CHECKING:
+    import torch
+
+
+def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
+    """Load a local SDAR checkpoint folder (safetensors, possibly sharded) as a denoiser."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    model_config = make_config(Qwen3Config, qwen_values(config, folder, QWEN3_KEYS, "qwen3"), folder)
+    return build(folder, config, Qwen3ForCausalLM, model_config, device, dtype, name=name, family="sdar")
