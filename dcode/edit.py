@@ -14,13 +14,12 @@ import difflib
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dcode.files import atomic_write
+from dcode.files import atomic_write, target_of, temp_file
 from dcode.syntax import language_of, normalize_language
 
 if TYPE_CHECKING:
@@ -311,9 +310,7 @@ def backup_path(path: Path) -> Path:
 def write_backup(path: Path) -> Path:
     """Copy path (content, mode, times) to backup_path(path) without ever leaving half a copy:
     the copy is made under a temporary name and linked into place, never over an existing file."""
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".dcode-tmp", dir=folder)
-    os.close(fd)
+    temp = temp_file(path)
     try:
         shutil.copy2(path, temp)
         while True:
@@ -335,7 +332,7 @@ def write_in_place(path: Path, text: str) -> Path:
     """Back path up, then replace it with text atomically (keeping its mode); returns the backup.
     A symlink is written through. If the write fails or is interrupted, the original stays and
     the backup, now redundant, is removed."""
-    target = path.resolve() if path.is_symlink() else path
+    target = target_of(path)
     original = target.read_bytes()
     backup = write_backup(path)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -31,6 +31,9 @@ from dcode.cli import (
 )
 from dcode.config import REPAIR_FILE_TRIES
 
+if TYPE_CHECKING:
+    from dcode.syntax import Issue
+
 
 @app.command()
 def check(
@@ -42,24 +45,15 @@ def check(
     import json
 
     from dcode import syntax
-    from dcode.files import FileProblem, read_source
 
     unreadable = found = False
     report: list[dict[str, object]] = []
     for path in files:
-        try:
-            source = read_source(path)
-            language = syntax.detect_language(str(path), source, lang)
-        except FileProblem as error:
-            typer.echo(f"dcode: error: {error}", err=True)
+        checked = check_one(path, lang)
+        if checked is None:
             unreadable = True
             continue
-        except syntax.UnknownLanguage as error:
-            fail(str(error), USAGE)
-        if language is None:
-            typer.echo(f"dcode: {path}: unknown language, not checked (use --lang)", err=True)
-            continue
-        issues = syntax.find_issues(source, language)
+        language, issues = checked
         found = found or bool(issues)
         if as_json:
             report.append({"path": str(path), "language": language, "issues": [vars(i) for i in issues]})
@@ -69,6 +63,35 @@ def check(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     raise typer.Exit(USAGE if unreadable else SYNTAX if found else OK)
+
+
+def check_one(path: Path, lang: str | None) -> tuple[str, list[Issue]] | None:
+    """A file's language and issues; None (after one line on stderr) when it cannot be checked:
+    unreadable, not a regular file, binary, of no known language. Python files are decoded by
+    Python's own rules (a BOM, a PEP 263 declaration, else UTF-8): what the interpreter rejects
+    before parsing is an issue too; other languages must be UTF-8."""
+    from dcode import syntax
+    from dcode.files import FileProblem, read_bytes
+
+    try:
+        data = read_bytes(path)
+        language = syntax.detect_language(str(path), data.decode("utf-8", errors="replace"), lang)
+    except FileProblem as error:
+        typer.echo(f"dcode: error: {error}", err=True)
+        return None
+    except syntax.UnknownLanguage as error:
+        fail(str(error), USAGE)
+    if language is None:
+        typer.echo(f"dcode: error: {path}: unknown language, not checked (use --lang)", err=True)
+        return None
+    if language == "python":
+        source, problem = syntax.decode_python(data)
+        return language, [problem] if problem is not None else syntax.find_issues(source, language)
+    try:
+        return language, syntax.find_issues(data.decode("utf-8"), language)
+    except UnicodeDecodeError as error:
+        typer.echo(f"dcode: error: {path} is not UTF-8 text (bad byte at offset {error.start})", err=True)
+        return None
 
 
 @app.command("repair")
