@@ -266,14 +266,17 @@ def find_symbol(source: str, language: str, name: str, where: str = "the file") 
 def select(
     source: str, language: str, lines: str | None = None, symbol: str | None = None, where: str = "the file"
 ) -> tuple[int, int]:
-    """The region an edit rewrites: --lines, --symbol, or the whole file."""
+    """The region an edit rewrites: --lines, --symbol, or the whole file (after a BOM)."""
     if lines is not None and symbol is not None:
         raise RegionError("--lines and --symbol cannot be used together")
     if lines is not None:
-        return parse_lines(lines, source)
-    if symbol is not None:
-        return find_symbol(source, language, symbol, where)
-    return 0, len(source.encode())
+        start, end = parse_lines(lines, source)
+    elif symbol is not None:
+        start, end = find_symbol(source, language, symbol, where)
+    else:
+        start, end = 0, len(source.encode())
+    bom = len("\ufeff".encode()) if source.startswith("\ufeff") else 0
+    return max(start, min(bom, end)), end  # a byte order mark is kept as it is, never regenerated
 
 
 def describe(source: str, span: tuple[int, int]) -> str:
