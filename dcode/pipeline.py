@@ -16,6 +16,7 @@ from importlib import resources
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.linediff import newline_of
 from dcode.models.base import Denoiser
 from dcode.repair import Repaired, RepairRound, repair
 from dcode.sampler import Step, denoise, trim_answer
@@ -179,14 +180,9 @@ def repair_file(
     rounds: int,
     tries: int = REPAIR_TRIES,
 ) -> Iterator[Step | RepairRound | Repaired]:
-    """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired."""
+    """Repair an existing file: the request names the file; repair's steps, rounds, then Repaired.
+    A file longer than the model's context is repaired span by span, each in its own window."""
     ids = prompt_ids(model, f"the {language} file {name}", language)
-    code_tokens = len(model.tokenizer.encode(source, add_special_tokens=False))
-    if len(ids) + code_tokens > model.facts.max_length:
-        raise InputError(
-            f"{name} is {code_tokens} tokens; with the prompt that exceeds the model's context "
-            f"of {model.facts.max_length} tokens by {len(ids) + code_tokens - model.facts.max_length}"
-        )
     yield from repair(model, ids, source, language, config, rounds=rounds, tries=tries)
 
 
@@ -253,12 +249,6 @@ def edit_budget(region_tokens: int) -> int:
     """Masks for a region of n tokens: n plus max(16, 50%) of room, so an edit may add lines.
     Example: edit_budget(10) -> 26; edit_budget(100) -> 150."""
     return region_tokens + max(16, -(-region_tokens // 2))
-
-
-def newline_of(source: str) -> str:
-    """The line ending a file uses: CRLF when its first line ends so, else LF."""
-    first = source.find("\n")
-    return "\r\n" if first > 0 and source[first - 1] == "\r" else "\n"
 
 
 def fit_region(text: str, old: str, newline: str | None = None) -> str:

@@ -116,7 +116,7 @@ def test_a_big_file_is_edited_in_a_window(tokenizer, block: int | None) -> None:
 
 
 def edit(args: list[str]):
-    return CliRunner().invoke(app, ["edit", *args, "--length", "24", "-q"], prog_name="dcode")
+    return CliRunner().invoke(app, ["edit", *args, "--length", "24", "--no-repair", "-q"], prog_name="dcode")
 
 
 def test_edit_a_symbol_of_a_file_ten_times_the_context(tmp_path: Path, tokenizer) -> None:
@@ -158,3 +158,46 @@ def test_a_region_that_does_not_fit_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("dcode: error: the region (lines 1-1500 of ")
     assert "exceeds the model's context of 2048 tokens by" in result.stderr and result.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Repair: each broken span in its own window
+
+
+@pytest.mark.parametrize("block", [None, 16])
+def test_a_big_file_is_repaired_span_by_span(tokenizer, block: int | None) -> None:
+    from dcode.repair import repair, repaired
+
+    source = big_file(80)
+    broken = source.replace("    total = x * 60 + y\n", "    total = x * 60 +\n")
+    model = ScriptedDenoiser(tokenizer, "    total = x * 60 + y", max_length=120)
+    model.facts = dataclasses.replace(model.facts, block=block)
+    done = repaired(repair(model, [5, 6, 7], broken, "python", SamplerConfig(), rounds=1, tries=1))
+    assert done.issues_before >= 1 and (done.issues_after, done.code) == (0, source)
+    assert len(tokenizer.encode(broken, add_special_tokens=False)) > 10 * 120
+    canvas = model.seen[0]
+    assert len(canvas) <= 120 and canvas[:3] == [5, 6, 7]
+    context = tokenizer.decode(canvas[3 : canvas.index(MASK)])
+    assert context.endswith("def f60(x, y):\n") and broken.count(context) == 1  # whole lines before the span
+    after = tokenizer.decode([t for t in canvas[canvas.index(MASK) :] if t != MASK])
+    assert (after != "") == (block is None)  # and after it, for full attention
+
+
+def test_dcode_repair_on_a_file_longer_than_the_context(tmp_path: Path) -> None:
+    source = big_file(400).replace("    total = x * 200 + y\n", "    total = x * 200 +\n")
+    (tmp_path / "big.py").write_text(source)
+    result = CliRunner().invoke(app, ["repair", str(tmp_path / "big.py"), "--diff", "--json", "--repair-tries", "1", "--repair-rounds", "1"])
+    assert result.exit_code in (0, 3), result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["issues_before"] >= 1 and "needs more than" not in report.get("note", "")
+    assert (tmp_path / "big.py").read_text() == source  # --diff writes nothing
+
+
+def test_window_imports_nothing_of_dcode() -> None:
+    import ast
+
+    import dcode.window
+
+    tree = ast.parse(Path(dcode.window.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.startswith("dcode")}
