@@ -211,7 +211,7 @@ class Edited:
     errors_after: int | None  # syntax issues left in code
     repair: Repaired | None = None  # what the repair pass did (None: not needed, or off)
     repair_used: bool = False  # its result is in code (it is dropped if it touched text outside the region)
-    window: dict[str, object] | None = None  # what of the file the canvas held (Window.metadata, in the source's bytes and lines)
+    window: dict[str, object] | None = None  # what of the file the canvas held (Window.metadata, source bytes)
 
     @property
     def tokens_per_forward(self) -> float:

@@ -169,4 +169,5 @@ def test_check_refuses_a_fifo_instead_of_waiting(tmp_path: Path) -> None:
 
     os.mkfifo(tmp_path / "pipe.py")
     result = run(["check", str(tmp_path / "pipe.py")])  # before the fix this never returned
-    assert (result.exit_code, result.stderr) == (2, f"dcode: error: {tmp_path / 'pipe.py'} is a FIFO, not a regular file\n")
+    assert result.exit_code == 2
+    assert result.stderr == f"dcode: error: {tmp_path / 'pipe.py'} is a FIFO, not a regular file\n"

@@ -577,7 +577,7 @@ def test_the_region_keeps_its_room_and_the_context_gives_way(tokenizer) -> None:
     limit = needed.prompt_tokens + needed.context_tokens + needed.region_tokens + 3  # room for 3 more
     done = run_edit(ScriptedDenoiser(tokenizer, SUM, max_length=limit), SOURCE, region)[-1]
     assert done.canvas == pipeline.edit_budget(needed.region_tokens)
-    assert done.window is not None and not done.window.whole
+    assert done.window is not None and done.window["whole_file"] is False
     assert done.prompt_tokens + done.context_tokens + done.canvas <= limit
     assert done.code == needed.code  # the same edit, from less context
 

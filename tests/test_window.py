@@ -186,7 +186,8 @@ def test_a_big_file_is_repaired_span_by_span(tokenizer, block: int | None) -> No
 def test_dcode_repair_on_a_file_longer_than_the_context(tmp_path: Path) -> None:
     source = big_file(400).replace("    total = x * 200 + y\n", "    total = x * 200 +\n")
     (tmp_path / "big.py").write_text(source)
-    result = CliRunner().invoke(app, ["repair", str(tmp_path / "big.py"), "--diff", "--json", "--repair-tries", "1", "--repair-rounds", "1"])
+    args = ["repair", str(tmp_path / "big.py"), "--diff", "--json", "--repair-tries", "1", "--repair-rounds", "1"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code in (0, 3), result.stderr
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["issues_before"] >= 1 and "needs more than" not in report.get("note", "")
