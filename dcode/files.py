@@ -71,10 +71,10 @@ def target_of(path: Path) -> Path:
 def check_writable(path: Path, force: bool) -> None:
     """Raise FileProblem unless `path` can be created (or, with force, replaced): a regular file
     or nothing, with write permission, in a writable folder. A symlink is checked as its target."""
-    if os.path.lexists(path) and not force:
-        raise FileProblem(f"{path} exists (use --force to overwrite)")
     target = target_of(path)
     info = regular_or_absent(target)
+    if os.path.lexists(path) and not force:
+        raise FileProblem(f"{path} exists (use --force to overwrite)")
     if info is not None and read_only(target, info):
         raise FileProblem(f"{path} is read-only; dcode does not replace it (chmod u+w {path} to allow that)")
     folder = target.parent if str(target.parent) else Path(".")
