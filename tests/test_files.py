@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from dcode.cli import app
 from dcode.edit import select, write_in_place
-from dcode.files import FileProblem, atomic_write, check_writable, remove_stale_temps
+from dcode.files import FileProblem, atomic_write, check_writable
 from dcode.models import EMBEDDED
 from dcode.syntax import find_issues
 
@@ -90,7 +90,10 @@ def test_output_refuses_a_fifo_and_a_device_even_with_force(workdir: Path, scrip
     result = dcode("new", "x", "-o", "pipe.py", "--force")
     assert (result.exit_code, result.stderr) == (2, "dcode: error: pipe.py is a FIFO, not a regular file\n")
     result = dcode("new", "x", "-o", "null.py", "--force")
-    assert (result.exit_code, result.stderr) == (2, "dcode: error: /dev/null is a character device, not a regular file\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "dcode: error: /dev/null is a character device, not a regular file\n",
+    )
     result = dcode("edit", "app.py", "--instruct", "x", "-o", "null.py", "--force")
     assert result.exit_code == 2
     assert stat.S_ISFIFO(os.stat(workdir / "pipe.py").st_mode) and os.path.islink(workdir / "null.py")
@@ -143,7 +146,7 @@ def test_crlf_files_stay_crlf_outside_and_inside_the_region(workdir: Path, scrip
     (workdir / "app.py").write_bytes(crlf.encode())
     # the draft's lines come with bare LFs; with repair on it breaks its last line, which the repair fixes
     draft = "def add(a, b):\n    total = a + b\n    return total"
-    scripts = [draft + " +", "    return total + 0"] if repair else [draft]
+    scripts = [draft + " +", "    return (total\n)"] if repair else [draft]  # the fix is two lines
     scripted(*scripts)
     flag = "--repair" if repair else "--no-repair"
     result = dcode("edit", "app.py", "--symbol", "add", "--instruct", "x", flag, "-q", "-o", "out.py")
@@ -152,7 +155,7 @@ def test_crlf_files_stay_crlf_outside_and_inside_the_region(workdir: Path, scrip
     a = crlf.index("def add")
     b = crlf.index("\r\n\r\n\r\ndef area") + 2
     assert out[:a] == crlf.encode()[:a] and out.endswith(crlf.encode()[b:])  # every byte outside the region
-    new = (draft + (" + 0" if repair else "")).replace("\n", "\r\n") + "\r\n"
+    new = "def add(a, b):\r\n    total = a + b\r\n" + ("    return (total\r\n)\r\n" if repair else "    return total\r\n")
     assert out == (crlf[:a] + new + crlf[b:]).encode()  # the new lines in CRLF
 
 
@@ -170,6 +173,9 @@ def test_repair_of_a_crlf_file_writes_crlf_lines(workdir: Path, scripted) -> Non
 # 4, 5. stdout that cannot be written, stdin that is closed: one line, never a traceback
 
 
+FULL = "dcode: error: cannot write to stdout: No space left on device\n"
+
+
 def one_line(stderr: bytes) -> str:
     text = stderr.decode()
     assert text.count("\n") == 1 and "Traceback" not in text, text
@@ -180,8 +186,13 @@ def test_stdout_on_a_full_disk_or_closed_is_one_line_exit_1(workdir: Path) -> No
     (workdir / "bad.py").write_text("def f(:\n")
     with open("/dev/full", "w") as full:
         done = process("check", "bad.py", stdout=full, capture=False, stderr=subprocess.PIPE)
-    assert (done.returncode, one_line(done.stderr)) == (1, "dcode: error: cannot write to stdout: No space left on device\n")
-    done = process("check", "bad.py", capture=False, stdout=None, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
+    assert (done.returncode, one_line(done.stderr)) == (
+        1,
+        "dcode: error: cannot write to stdout: No space left on device\n",
+    )
+    done = process(
+        "check", "bad.py", capture=False, stdout=None, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1)
+    )
     assert (done.returncode, one_line(done.stderr)) == (1, "dcode: error: cannot write to stdout: stdout is closed\n")
 
 
@@ -199,7 +210,10 @@ def test_generating_commands_on_a_full_stdout(workdir: Path, args: list[str]) ->
         done = process(*args, stdout=full, capture=False, stderr=subprocess.PIPE)
     if args[0] != "new" and done.returncode in (0, 3):
         pytest.skip("the model's result was empty: nothing reached stdout")  # an empty diff writes nothing
-    assert (done.returncode, one_line(done.stderr)) == (1, "dcode: error: cannot write to stdout: No space left on device\n")
+    assert (done.returncode, one_line(done.stderr)) == (
+        1,
+        "dcode: error: cannot write to stdout: No space left on device\n",
+    )
     assert sorted(p.name for p in workdir.iterdir()) == ["app.py", "bad.py"]
 
 
@@ -261,6 +275,8 @@ def test_sigterm_inside_the_atomic_write_cleans_up_and_exits_143(workdir: Path, 
 
 
 def test_a_killed_writers_temp_file_is_named_and_removed_by_the_next_write(workdir: Path) -> None:
+    from dcode.files import remove_stale_temps
+
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = workdir / f".app.py.{dead.pid}.k3j2l1ab.dcode-tmp"
@@ -308,7 +324,10 @@ def test_read_only_files_are_refused_not_replaced(workdir: Path, scripted) -> No
     ]:
         result = dcode(*args)
         assert result.exit_code == 2
-        assert result.stderr == f"dcode: error: {name} is read-only; dcode does not replace it (chmod u+w {name} to allow that)\n"
+        assert (
+            result.stderr
+            == f"dcode: error: {name} is read-only; dcode does not replace it (chmod u+w {name} to allow that)\n"
+        )
     assert made == []  # every refusal comes before the model loads (repair too)
     with pytest.raises(FileProblem, match="read-only"):
         check_writable(workdir / "ro.py", True)

@@ -21,7 +21,6 @@ from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import find_symbol
 from dcode.models import EMBEDDED
-from dcode.window import Window, choose, count, import_lines, line_cuts
 
 STDLIB = Path(os.__file__).parent
 
@@ -48,6 +47,8 @@ def encode(tokenizer, data: bytes) -> list[int]:
 
 
 def test_the_whole_file_when_it_fits() -> None:
+    from dcode.window import Window, choose
+
     data = b"a\nb\nc\nd\n"
     starts = [0, 2, 4, 6]  # one token a line
     assert choose(data, (4, 6), starts, room=3, both_sides=True) == Window((0, 4), (6, 8))
@@ -55,6 +56,8 @@ def test_the_whole_file_when_it_fits() -> None:
 
 
 def test_nearest_whole_lines_both_sides_or_before_only() -> None:
+    from dcode.window import Window, choose, count, line_cuts
+
     data = b"a\nb\nc\nd\ne\nf\n"
     starts = [0, 2, 4, 6, 8, 10]
     region = (4, 6)  # "c\n"
@@ -66,6 +69,8 @@ def test_nearest_whole_lines_both_sides_or_before_only() -> None:
 
 
 def test_imports_come_along_when_they_take_at_most_half_the_room() -> None:
+    from dcode.window import Window, choose, import_lines
+
     data = b"import os\nx = 1\ny = 2\nz = 3\nw = 4\n"
     starts = [0, 7, 10, 16, 22, 28]  # "import", " os", then one token a line
     assert import_lines(data, "python", len(data)) == [(0, 10)]
