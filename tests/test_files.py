@@ -155,7 +155,8 @@ def test_crlf_files_stay_crlf_outside_and_inside_the_region(workdir: Path, scrip
     a = crlf.index("def add")
     b = crlf.index("\r\n\r\n\r\ndef area") + 2
     assert out[:a] == crlf.encode()[:a] and out.endswith(crlf.encode()[b:])  # every byte outside the region
-    new = "def add(a, b):\r\n    total = a + b\r\n" + ("    return (total\r\n)\r\n" if repair else "    return total\r\n")
+    last = "    return (total\r\n)\r\n" if repair else "    return total\r\n"
+    new = "def add(a, b):\r\n    total = a + b\r\n" + last
     assert out == (crlf[:a] + new + crlf[b:]).encode()  # the new lines in CRLF
 
 
