@@ -14,13 +14,12 @@ import difflib
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dcode.files import atomic_write
+from dcode.files import atomic_write, target_of, temp_file
 from dcode.syntax import language_of, normalize_language
 
 if TYPE_CHECKING:
@@ -267,14 +266,17 @@ def find_symbol(source: str, language: str, name: str, where: str = "the file") 
 def select(
     source: str, language: str, lines: str | None = None, symbol: str | None = None, where: str = "the file"
 ) -> tuple[int, int]:
-    """The region an edit rewrites: --lines, --symbol, or the whole file."""
+    """The region an edit rewrites: --lines, --symbol, or the whole file (after a BOM)."""
     if lines is not None and symbol is not None:
         raise RegionError("--lines and --symbol cannot be used together")
     if lines is not None:
-        return parse_lines(lines, source)
-    if symbol is not None:
-        return find_symbol(source, language, symbol, where)
-    return 0, len(source.encode())
+        start, end = parse_lines(lines, source)
+    elif symbol is not None:
+        start, end = find_symbol(source, language, symbol, where)
+    else:
+        start, end = 0, len(source.encode())
+    bom = len("\ufeff".encode()) if source.startswith("\ufeff") else 0
+    return max(start, min(bom, end)), end  # a byte order mark is kept as it is, never regenerated
 
 
 def describe(source: str, span: tuple[int, int]) -> str:
@@ -311,9 +313,7 @@ def backup_path(path: Path) -> Path:
 def write_backup(path: Path) -> Path:
     """Copy path (content, mode, times) to backup_path(path) without ever leaving half a copy:
     the copy is made under a temporary name and linked into place, never over an existing file."""
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".dcode-tmp", dir=folder)
-    os.close(fd)
+    temp = temp_file(path)
     try:
         shutil.copy2(path, temp)
         while True:
@@ -335,7 +335,7 @@ def write_in_place(path: Path, text: str) -> Path:
     """Back path up, then replace it with text atomically (keeping its mode); returns the backup.
     A symlink is written through. If the write fails or is interrupted, the original stays and
     the backup, now redundant, is removed."""
-    target = path.resolve() if path.is_symlink() else path
+    target = target_of(path)
     original = target.read_bytes()
     backup = write_backup(path)
     try:

@@ -171,6 +171,7 @@ class Edited:
     errors_after: int | None  # syntax issues left in code
     repair: Repaired | None = None  # what the repair pass did (None: not needed, or off)
     repair_used: bool = False  # its result is in code (it is dropped if it touched text outside the region)
+    window: dict[str, object] | None = None  # what of the file the canvas held (window.Window.metadata)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -198,6 +199,8 @@ class Edited:
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
         }
+        if self.window is not None:
+            out["window"] = self.window
         if self.repair is not None:
             out["repair"] = {**self.repair.metadata(), "used": self.repair_used}
         return out

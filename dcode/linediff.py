@@ -9,6 +9,13 @@ from __future__ import annotations
 from difflib import SequenceMatcher
 
 
+def newline_of(text: str) -> str:
+    """The line ending a text uses: CRLF when its first line ends so, else LF.
+    Example: newline_of("a\\r\\nb\\r\\n") -> "\\r\\n"."""
+    first = text.find("\n")
+    return "\r\n" if first > 0 and text[first - 1] == "\r" else "\n"
+
+
 def starts(i1: int, j1: int, shift: int, longer_old: bool) -> tuple[int, int]:
     """Where a replaced stretch's pairs begin in old and new when the shorter side is shifted by `shift`."""
     return (i1 + shift, j1) if longer_old else (i1, j1 + shift)

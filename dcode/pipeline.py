@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
 from importlib import resources
 
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Edited, Finished, Repaired, RepairRound, Started, Step
+from dcode.linediff import newline_of
 from dcode.models.base import Denoiser
 from dcode.repair import repair
 from dcode.sampler import denoise, trim_answer
+from dcode.syntax import normalize_language
+from dcode.window import Window, choose, narrower
 
 
 class InputError(ValueError):
@@ -126,14 +130,9 @@ def repair_file(
     rounds: int,
     tries: int = REPAIR_TRIES,
 ) -> Iterator[Started | Step | RepairRound | Repaired]:
-    """Repair an existing file: the request names the file; repair's tries, then Repaired."""
+    """Repair an existing file: the request names the file; repair's tries, then Repaired. A file
+    longer than the model's context is repaired span by span, each in its own window."""
     ids = prompt_ids(model, f"the {language} file {name}", language)
-    code_tokens = len(model.tokenizer.encode(source, add_special_tokens=False))
-    if len(ids) + code_tokens > model.facts.max_length:
-        raise InputError(
-            f"{name} is {code_tokens} tokens; with the prompt that exceeds the model's context "
-            f"of {model.facts.max_length} tokens by {len(ids) + code_tokens - model.facts.max_length}"
-        )
     yield from repair(model, ids, source, language, config, rounds=rounds, tries=tries)
 
 
@@ -152,15 +151,15 @@ def edit_budget(region_tokens: int) -> int:
     return region_tokens + max(16, -(-region_tokens // 2))
 
 
-def fit_region(text: str, old: str) -> str:
-    """The decoded region as whole lines in the old region's line-ending style: trailing blank
-    lines and spaces dropped, leading blank lines too (unless the old region began with one), and
-    a line ending after the last line unless the old region ended the file without one. Blank
-    text stays blank: the edit deleted the region.
+def fit_region(text: str, old: str, newline: str | None = None) -> str:
+    """The decoded region as whole lines in the file's line-ending style (`newline`, else the old
+    region's): trailing blank lines and spaces dropped, leading blank lines too (unless the old
+    region began with one), and a line ending after the last line unless the old region ended
+    the file without one. Blank text stays blank: the edit deleted the region.
     Example: fit_region("\\n  x = 1\\n\\n", "  x = 0\\r\\n") -> "  x = 1\\r\\n"."""
     import re
 
-    newline = "\r\n" if "\r\n" in old else "\n"
+    newline = newline or ("\r\n" if "\r\n" in old else "\n")
     body = text.replace("\r\n", "\n").rstrip()
     if old.split("\n", 1)[0].strip() or not old:
         body = re.sub(r"\A(?:[ \t]*\n)+", "", body)
@@ -181,6 +180,76 @@ def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] 
     return len(found), any(i.start_byte <= span[1] and i.end_byte >= span[0] for i in found)
 
 
+@dataclass(frozen=True)
+class EditCanvas:
+    """The canvas of an edit: prompt, the context the window keeps before the region, the
+    region's masks, the context after it."""
+
+    ids: list[int]
+    start: int  # the first mask
+    budget: int  # masks: the region's room
+    region_tokens: int  # tokens of the region before the edit
+    context_tokens: int  # tokens of the file around the region on the canvas
+    window: Window
+
+
+def region_budget(prompt: int, region: int, length: int | None, limit: int, where: str) -> int:
+    """Masks for a region of `region` tokens: --length, else edit_budget() cut to what fits beside
+    the prompt; InputError (naming the model's context) when the region itself cannot fit."""
+    if length is not None:
+        if length < 1:
+            raise InputError("--length must be at least 1 token")
+        if prompt + length > limit:
+            raise InputError(
+                f"--length {length} plus the {prompt}-token prompt exceeds the model's context of {limit} tokens "
+                f"(at most {max(0, limit - prompt)} fit)"
+            )
+        return length
+    budget = min(edit_budget(region), limit - prompt)  # less room rather than no edit
+    if budget < max(1, region):
+        raise InputError(
+            f"{where} is {region} tokens; with the {prompt}-token prompt that exceeds the model's context "
+            f"of {limit} tokens by {prompt + max(1, region) - limit} (select fewer lines)"
+        )
+    return budget
+
+
+def edit_canvas(
+    model: Denoiser, data: bytes, region: tuple[int, int], ids: list[int], length: int | None, language: str, name: str
+) -> EditCanvas:
+    """Lay out an edit's canvas. The whole file goes on it when it fits; otherwise a window of the
+    nearest whole lines (dcode.window), so a file of any size can be edited a region at a time."""
+    from dcode.edit import describe
+    from dcode.repair import tokenize
+
+    a, b = region
+    facts = model.facts
+
+    def encode(text: bytes) -> list[int]:
+        return list(model.tokenizer.encode(text.decode(), add_special_tokens=False)) if text else []
+
+    body = encode(data[a:b])
+    where = f"the region ({describe(data.decode(), region)} of {name})" if (a, b) != (0, len(data)) else name
+    budget = region_budget(len(ids), len(body), length, facts.max_length, where)
+    room = facts.max_length - len(ids) - budget
+    head, tail = encode(data[:a]), encode(data[b:])
+    window = Window((0, a), (b, len(data)))
+    if len(head) + len(tail) > room:
+        starts = [start for start, _ in tokenize(model.tokenizer, data.decode())[1]]
+        window = choose(data, region, starts, room, facts.block is None, normalize_language(language))
+        while True:
+            head = encode(b"".join(data[s:e] for s, e in window.imports)) + encode(data[slice(*window.before)])
+            tail = encode(data[slice(*window.after)])
+            if len(head) + len(tail) <= room:
+                break
+            narrowed = narrower(window, data)  # the estimate from the whole file's tokens was short
+            assert narrowed is not None, "a window without context always fits"
+            window = narrowed
+    start = len(ids) + len(head)
+    canvas = ids + head + [facts.mask_id] * budget + tail
+    return EditCanvas(canvas, start, budget, len(body), len(head) + len(tail), window)
+
+
 def edit(
     model: Denoiser,
     source: str,
@@ -197,11 +266,12 @@ def edit(
     draft's Started and steps, the repair pass's tries when the edit broke the syntax, then Edited.
 
     The canvas is prompt + text before the region + masks + text after it, so the model sees the
-    code on both sides (a block-causal model such as dcode-tiny only uses what comes before).
-    `length` masks, or the region's tokens plus max(16, 50%), so the region can grow; masks filled
-    with end or pad tokens are dropped, so it can shrink. The result is spliced on bytes: every
-    byte outside the region is the source's. A repair is kept only if it leaves them so too.
-    `name` names the file in error messages.
+    code on both sides (a block-causal model such as dcode-tiny only uses what comes before); a
+    file too long for the model's context gets a window of the lines nearest the region
+    (edit_canvas). `length` masks, or the region's tokens plus max(16, 50%), so the region can
+    grow; masks filled with end or pad tokens are dropped, so it can shrink. The result is
+    spliced on bytes: every byte outside the region is the source's. A repair is kept only if it
+    leaves them so too. `name` names the file in error messages.
     """
     from dataclasses import replace
 
@@ -218,76 +288,90 @@ def edit(
         raise ValueError(f"region {region} splits a UTF-8 character") from None
     facts = model.facts
     ids = prompt_ids(model, instruction, language)
-    head, body, tail = (
-        list(model.tokenizer.encode(t, add_special_tokens=False)) if t else [] for t in (before, old, after)
-    )
-    fixed, limit = len(ids) + len(head) + len(tail), facts.max_length
-    if length is not None:
-        if length < 1:
-            raise InputError("--length must be at least 1 token")
-        if fixed + length > limit:
-            raise InputError(
-                f"--length {length} plus the {len(ids)}-token prompt and the {len(head) + len(tail)} tokens of "
-                f"{name} around the region exceeds the model's context of {limit} tokens by {fixed + length - limit}"
-            )
-        budget = length
-    else:
-        budget = min(edit_budget(len(body)), limit - fixed)  # less room rather than no edit
-        if budget < max(1, len(body)):
-            over = fixed + max(1, len(body)) - limit
-            raise InputError(
-                f"{name} is {len(head) + len(body) + len(tail)} tokens; with the {len(ids)}-token prompt that "
-                f"exceeds the model's context of {limit} tokens by {over}"
-            )
-    start = len(ids) + len(head)
-    canvas = torch.tensor(ids + head + [facts.mask_id] * budget + tail, dtype=torch.long)
+    plan = edit_canvas(model, data, region, ids, length, language, name)
+    canvas = torch.tensor(plan.ids, dtype=torch.long)
     fill = torch.zeros(len(canvas), dtype=torch.bool)
-    fill[start : start + budget] = True
+    fill[plan.start : plan.start + plan.budget] = True
 
     # 2) the same sampler fills the masks; a region in the middle of the file must not end it
-    yield Started((len(ids), len(canvas)), ((start, start + budget),))  # the view shows the whole file
+    yield Started((len(ids), len(canvas)), ((plan.start, plan.start + plan.budget),))  # the view shows the whole file
     began = time.perf_counter()
     last: Step | None = None
-    for last in denoise(model, canvas, start, replace(config, stop_at_eos=False), fill=fill):
+    for last in denoise(model, canvas, plan.start, replace(config, stop_at_eos=False), fill=fill):
         yield last
     assert last is not None
     drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
-    kept = [t for t in last.canvas[start : start + budget].tolist() if t not in drop]
-    text = fit_region(decode(model, kept), old)
+    kept = [t for t in last.canvas[plan.start : plan.start + plan.budget].tolist() if t not in drop]
+    text = fit_region(decode(model, kept), old, newline_of(source))
     seconds = time.perf_counter() - began
     code = before + text + after
-    new_region = (a, a + len(text.encode()))
 
     # 3) check; repair only when the edit broke something, and keep it only if the rest is intact
-    original, found = _check(source, language, region), _check(code, language, new_region)
+    original = _check(source, language, region)
+    checked = yield from repair_edit(
+        model, ids, source, code, (a, a + len(text.encode())), language, config, original, repair_rounds, repair_tries
+    )
+    yield Edited(
+        code=checked.code,
+        region=(a, b),
+        new_region=checked.new_region,
+        prompt_tokens=len(ids),
+        context_tokens=plan.context_tokens,
+        region_tokens=plan.region_tokens,
+        tokens=len(kept),
+        canvas=plan.budget,
+        forward=last.forward,
+        seconds=seconds,
+        original_errors=None if original is None else original[0],
+        errors_after=None if checked.found is None else checked.found[0],
+        repair=checked.repaired,
+        repair_used=checked.used,
+        window=plan.window.metadata(data, plan.context_tokens),
+    )
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An edit's result after the check and, where it broke something, the repair pass."""
+
+    code: str
+    new_region: tuple[int, int]
+    found: tuple[int, bool] | None  # as _check() says of code
+    repaired: Repaired | None
+    used: bool
+
+
+def repair_edit(
+    model: Denoiser,
+    ids: list[int],
+    source: str,
+    code: str,
+    new_region: tuple[int, int],
+    language: str,
+    config: SamplerConfig,
+    original: tuple[int, bool] | None,
+    rounds: int,
+    tries: int,
+) -> Generator[Started | Step | RepairRound, None, Checked]:
+    """Check an edit's code; when the edit broke something, repair it (a big file span by span, in
+    windows: dcode.repair) and keep the repair only if every byte outside the region is intact.
+    Yields the repair's steps and rounds; returns (StopIteration's value) the Checked result."""
+    a = new_region[0]
+    data, suffix = source.encode(), code.encode()[new_region[1] :]
+    found = _check(code, language, new_region)
     repaired: Repaired | None = None
     used = False
-    if found is not None and found[0] and repair_rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, origin="edit"):
+    if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
+        for event in repair(model, ids, code, language, config, rounds, tries, origin="edit"):
             if isinstance(event, Repaired):
                 repaired = event
             else:
                 yield event
         assert repaired is not None
-        fixed_data, suffix = repaired.code.encode(), after.encode()
-        intact = fixed_data[:a] == data[:a] and fixed_data.endswith(suffix) and len(fixed_data) - len(suffix) >= a
+        fixed = repaired.code.encode()
+        intact = fixed[:a] == data[:a] and fixed.endswith(suffix) and len(fixed) - len(suffix) >= a
         if repaired.code != code and intact:
             code, used = repaired.code, True
-            new_region = (a, len(fixed_data) - len(suffix))
+            new_region = (a, len(fixed) - len(suffix))
             found = _check(code, language, new_region)
-    yield Edited(
-        code=code,
-        region=(a, b),
-        new_region=new_region,
-        prompt_tokens=len(ids),
-        context_tokens=len(head) + len(tail),
-        region_tokens=len(body),
-        tokens=len(kept),
-        canvas=budget,
-        forward=last.forward,
-        seconds=seconds,
-        original_errors=None if original is None else original[0],
-        errors_after=None if found is None else found[0],
-        repair=repaired,
-        repair_used=used,
-    )
+    return Checked(code, new_region, found, repaired, used)

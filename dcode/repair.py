@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +22,7 @@ import torch
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Repaired, RepairRound, Span, Started, Step
 from dcode.fixes import confined, deleted, narrowest, progress, resembles
+from dcode.linediff import newline_of
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import denoise
 from dcode.syntax import (
@@ -252,6 +253,81 @@ def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
 # The loop
 
 
+@dataclass(frozen=True)
+class Canvas:
+    """One canvas of a repair try: the prompt, code around some spans, their masks."""
+
+    ids: torch.Tensor  # (L,)
+    regions: list[tuple[int, int]]  # canvas positions [start, end) of each span's masks
+    spans: list[int]  # which of the round's spans, by index
+    ends: list[bool]  # whether each span reaches the end of the text (a redrafted tail)
+
+
+def canvases(
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    offsets: Sequence[tuple[int, int]],
+    data: bytes,
+    spans: Sequence[Span],
+    facts: ModelFacts,
+) -> list[Canvas] | None:
+    """The canvases a round fills: one holding the whole text when it fits the model's context;
+    else one a span, each with a window of the nearest whole lines (dcode.window: before the span
+    for a block-causal model, both sides otherwise). None when a span alone does not fit."""
+    canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
+    if len(canvas) <= facts.max_length:
+        return [Canvas(canvas, regions, list(range(len(spans))), [s.tokens[1] == len(ids) for s in spans])]
+    from bisect import bisect_left
+
+    from dcode.window import choose
+
+    starts = [a for a, _ in offsets]
+    out = []
+    for k, span in enumerate(spans):
+        first, end = span.tokens
+        space = facts.max_length - len(prompt_ids) - (end - first + room(end - first))
+        if space < 0:
+            return None
+        window = choose(data, (offsets[first][0], offsets[end - 1][1]), starts, space, facts.block is None)
+        lo, hi = bisect_left(starts, window.before[0]), bisect_left(starts, max(window.after[1], offsets[end - 1][1]))
+        hi = max(hi, end)
+        local = replace(span, tokens=(first - lo, end - lo))
+        canvas, regions = remasked_canvas(prompt_ids, ids[lo:hi], [local], facts.mask_id)
+        out.append(Canvas(canvas, regions, [k], [end == len(ids)]))
+    return out
+
+
+def fill(
+    model: Denoiser,
+    prompt_ids: Sequence[int],
+    plan: Sequence[Canvas],
+    run: SamplerConfig,
+    ban: Sequence[int],
+    round_attempt: tuple[int, int],
+) -> Generator[Started | Step, None, tuple[list[str], int]]:
+    """One try (round, attempt): the same sampler fills every canvas's masks. Yields a Started and
+    the steps per canvas; returns each span's new text (end, pad and mask tokens dropped) and the
+    forward passes."""
+    facts = model.facts
+    drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
+    texts: dict[int, str] = {}
+    forward = 0
+    for canvas in plan:
+        masks = torch.zeros(len(canvas.ids), dtype=torch.bool)  # explicit, as the placeholder may be a real token
+        for a, b in canvas.regions:
+            masks[a:b] = True
+        number, attempt = round_attempt
+        yield Started((len(prompt_ids), len(canvas.ids)), tuple(canvas.regions), repair_round=number, attempt=attempt)
+        last: Step | None = None
+        for last in denoise(model, canvas.ids, len(prompt_ids), run, fill=masks, ban=ban):
+            yield last
+        assert last is not None  # every span holds at least room(0) = 2 masks
+        forward += last.forward
+        for k, (a, b), end in zip(canvas.spans, canvas.regions, canvas.ends, strict=True):
+            texts[k] = fill_text(model, last.canvas[a:b].tolist(), drop, end)
+    return [texts[k] for k in sorted(texts)], forward
+
+
 def repair(
     model: Denoiser,
     prompt_ids: Sequence[int],
@@ -267,9 +343,11 @@ def repair(
     `origin` says who wrote code (see Origin): it decides what a round may change. Yields every
     try's Started and sampler Steps, a RepairRound after each try, then Repaired.
 
-    Text outside the re-masked spans is copied byte for byte; a round's result is kept only if it
-    has fewer issues than the best so far. An unknown language (or a grammar that will not load)
-    returns code untouched with a note.
+    Text outside the re-masked spans is copied byte for byte (new lines take the text's line
+    ending); a round's result is kept only if it has fewer issues than the best so far. A text
+    longer than the model's context is repaired span by span, each in a window of the lines
+    around it. An unknown language (or a grammar that will not load) returns code untouched
+    with a note.
     """
     began = time.perf_counter()
     try:
@@ -284,7 +362,6 @@ def repair(
     # A span in the middle of the file must not end it; and a fill should reuse the names around
     # it, which the repetition penalty (meant for runaway loops in a whole draft) would discourage.
     config = replace(config, stop_at_eos=False, repetition_penalty=1.0)
-    drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
     best, best_issues = code, issues
     history: list[RepairRound] = []
     note = ""
@@ -297,45 +374,23 @@ def repair(
         root = Parser(language_of(name)).parse(data).root_node
         hint = compile_issue(best, data) if name == "python" else None
         spans = snap(offsets, [widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
-        canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
-        if not spans or len(canvas) > facts.max_length:
+        plan = canvases(prompt_ids, ids, offsets, data, spans, facts) if spans else None
+        if plan is None:
             note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
             break
 
         # 2) the same sampler fills the masks; a try that is not kept is tried again with the
         # next seed, sampled, as greedy refills of the same masks would repeat themselves
-        fill = torch.zeros(len(canvas), dtype=torch.bool)  # explicit, as the placeholder may be a real token
-        for a, b in regions:
-            fill[a:b] = True
         # what the checker blames: later tries may not write those tokens again (see culprits)
         banned = culprits(data, ids, offsets, [hint] if hint is not None else best_issues)
         for attempt in range(1, tries + 1):
             run = config if attempt == 1 and not replays(facts, origin) else retry(config, attempt)
-            yield Started((len(prompt_ids), len(canvas)), tuple(regions), repair_round=number, attempt=attempt)
-            last: Step | None = None
-            for last in denoise(model, canvas, len(prompt_ids), run, fill=fill, ban=banned if attempt > 1 else ()):
-                yield last
-            assert last is not None  # every span holds at least room(0) = 2 masks
+            ban = banned if attempt > 1 else ()
+            texts, forward = yield from fill(model, prompt_ids, plan, run, ban, (number, attempt))
+            texts = [in_line_endings(t, newline_of(best)) for t in texts]
 
             # 3) splice the new spans into the old text, check again, put back lines the fix did not need
-            texts = [fill_text(model, last.canvas[a:b].tolist(), drop, b == len(canvas)) for a, b in regions]
-            candidate = splice(data, spans, texts)
-            found = find_issues(candidate, language)
-            erased = any(
-                deleted(data[s.start_byte : s.end_byte].decode(), t, names=origin != "draft")
-                for s, t in zip(spans, texts, strict=True)
-            )
-            kept = not erased and len(found) < len(best_issues)
-            restored = 0
-            if kept:
-                candidate, found, restored = narrowest(best, candidate, language, found)
-                # a user's file: only the blamed lines change, each stays mostly itself, and no
-                # line that was fine breaks
-                kept = origin != "file" or (
-                    confined(best, candidate, blamed_lines(data, best_issues, hint))
-                    and progress(best, best_issues, candidate, found)
-                    and resembles(best, candidate)
-                )
+            candidate, found, kept, restored = judge(best, best_issues, spans, texts, language, origin, hint)
             history.append(
                 RepairRound(
                     round=number,
@@ -343,8 +398,8 @@ def repair(
                     issues=tuple(best_issues),
                     spans=tuple(spans),
                     tokens=sum(b - a for a, b in (s.tokens for s in spans)),
-                    masks=sum(b - a for a, b in regions),
-                    forward=last.forward,
+                    masks=sum(b - a for c in plan for a, b in c.regions),
+                    forward=forward,
                     issues_after=len(found),
                     kept=kept,
                     restored=restored,
@@ -367,6 +422,42 @@ def repair(
         seconds=time.perf_counter() - began,
         note=note,
     )
+
+
+def judge(
+    best: str,
+    best_issues: list[Issue],
+    spans: Sequence[Span],
+    texts: Sequence[str],
+    language: str,
+    origin: Origin,
+    hint: Issue | None,
+) -> tuple[str, list[Issue], bool, int]:
+    """A try's result: the spliced text, its issues, whether it is kept and how many lines were put
+    back. Kept: it deletes no code, has fewer issues than the best so far and, in a user's file,
+    changes only the blamed lines, each still mostly itself, breaking no line that was fine."""
+    data = best.encode()
+    candidate = splice(data, spans, texts)
+    found = find_issues(candidate, language)
+    erased = any(
+        deleted(data[s.start_byte : s.end_byte].decode(), t, names=origin != "draft")
+        for s, t in zip(spans, texts, strict=True)
+    )
+    kept = not erased and len(found) < len(best_issues)
+    restored = 0
+    if kept:
+        candidate, found, restored = narrowest(best, candidate, language, found)
+        kept = origin != "file" or (
+            confined(best, candidate, blamed_lines(data, best_issues, hint))
+            and progress(best, best_issues, candidate, found)
+            and resembles(best, candidate)
+        )
+    return candidate, found, kept, restored
+
+
+def in_line_endings(text: str, newline: str) -> str:
+    """text with its bare line feeds as `newline` (a fill in a CRLF file gets CRLF lines)."""
+    return text if newline == "\n" else re.sub(r"(?<!\r)\n", newline, text)
 
 
 def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]], issues: Sequence[Issue]) -> list[int]:

@@ -12,7 +12,7 @@ import importlib
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -161,12 +161,25 @@ def format_issue(path: str, issue: Issue) -> str:
     return f"{path}:{issue.line}:{issue.column}: {issue.message}"
 
 
+BOM = "\ufeff"  # a UTF-8 byte order mark: valid at the start of a file, 3 bytes, never checked as code
+
+
+def _shifted(issue: Issue, by: int) -> Issue:
+    """issue with its byte span moved `by` bytes on (its line and column stay: a BOM is no column)."""
+    return replace(issue, start_byte=issue.start_byte + by, end_byte=issue.end_byte + by)
+
+
 def find_issues(source: str, language: str) -> list[Issue]:
-    """Syntax issues of source in language (tree-sitter, plus compile() for Python), by start_byte."""
+    """Syntax issues of source in language (tree-sitter, plus compile() and Python's own source
+    decoding rules for Python), by start_byte. A leading BOM is valid, as Python and browsers have it."""
     name = normalize_language(language)
+    if source.startswith(BOM):
+        return [_shifted(i, len(BOM.encode())) for i in find_issues(source[1:], name)]
     if not source:
         return []
     data = source.encode()
+    if name == "python" and (declared := encoding_issue(data)) is not None:
+        return [declared]
     from tree_sitter import Parser
 
     tree = Parser(language_of(name)).parse(data)
@@ -225,6 +238,9 @@ def compile_issue(source: str, data: bytes | None = None) -> Issue | None:
     """What compile() rejects that tree-sitter-python's more lenient grammar may accept. Its line
     is often more precise than tree-sitter's ERROR node, which can span a whole function."""
     data = source.encode() if data is None else data
+    if source.startswith(BOM):
+        found = compile_issue(source[1:], data[len(BOM.encode()) :])
+        return None if found is None else _shifted(found, len(BOM.encode()))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarnings (e.g. invalid escapes) are not our report
@@ -244,6 +260,59 @@ def compile_issue(source: str, data: bytes | None = None) -> Issue | None:
     except (RecursionError, MemoryError):
         return None  # too deeply nested for this interpreter: not a syntax verdict
     return None
+
+
+# PEP 263: a coding declaration is a comment on line 1 or 2 matching this
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def decode_python(data: bytes) -> tuple[str, Issue | None]:
+    """Python source bytes as the interpreter decodes them (PEP 3120 / 263: a BOM, else a coding
+    declaration on line 1 or 2, else UTF-8): the text, or "" and the SyntaxError Python would raise
+    (line and column of the declaration or of the first byte that does not decode)."""
+    import io
+    import tokenize
+
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = None
+    declared = _declaration(data)
+    if encoding is None and declared is not None:  # an unknown or mismatched declaration
+        return "", _issue(data, "error", *line_span(data, declared[0]), declared[0], "SyntaxError", declared[1])
+    try:
+        return data.decode(encoding or "utf-8"), None
+    except (UnicodeDecodeError, LookupError) as error:
+        at = getattr(error, "start", 0)
+        line = data.count(b"\n", 0, at) + 1
+        if declared is not None:
+            message = declared[1]
+        else:
+            byte = data[at] if at < len(data) else 0
+            message = f"Non-UTF-8 code starting with '\\x{byte:02x}' on line {line}, but no encoding declared (PEP 263)"
+        return "", _issue(data, "error", *line_span(data, at), at, "SyntaxError", message)
+
+
+def _declaration(data: bytes) -> tuple[int, str] | None:
+    """(byte offset, 'encoding problem: NAME') of a PEP 263 declaration on line 1 or 2, if any."""
+    lines = data.split(b"\n", 2)[:2]
+    at = 0
+    for number, line in enumerate(lines):
+        if number == 1 and not re.match(rb"^[ \t\f]*(#|\r?$)", lines[0]):
+            break  # a declaration on line 2 counts only after a blank or comment line
+        match = _COOKIE.match(line)
+        if match is not None:
+            return at, f"encoding problem: {match[1].decode('ascii', 'replace')}"
+        at += len(line) + 1
+    return None
+
+
+def encoding_issue(data: bytes) -> Issue | None:
+    """The SyntaxError Python raises for these bytes before it parses them (a declared encoding it
+    does not know or the text does not match, or non-UTF-8 text with no declaration), else None."""
+    if _declaration(data) is None and data.isascii():
+        return None
+    return decode_python(data)[1]
 
 
 def _null_byte_issue(data: bytes, node_type: str, message: str) -> Issue:

@@ -26,6 +26,7 @@ def files(tmp_path: Path) -> Path:
     (tmp_path / "empty.py").write_text("")
     (tmp_path / "binary.py").write_bytes(b"\x00\x01\x02")
     (tmp_path / "latin1.py").write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    (tmp_path / "latin1.js").write_bytes("let x = 'caf\xe9';\n".encode("latin-1"))
     (tmp_path / "notes.xyz").write_text("hello\n")
     return tmp_path
 
@@ -58,7 +59,7 @@ def test_check_json(files: Path) -> None:
     [
         ("missing.py", "missing.py: no such file"),
         ("binary.py", "binary.py looks binary (it holds NUL bytes)"),
-        ("latin1.py", "latin1.py is not UTF-8 text (bad byte at offset 8)"),
+        ("latin1.js", "latin1.js is not UTF-8 text (bad byte at offset 12)"),
     ],
 )
 def test_check_unreadable_input_exits_2(files: Path, name: str, message: str) -> None:
@@ -70,9 +71,9 @@ def test_check_unreadable_input_exits_2(files: Path, name: str, message: str) ->
 
 def test_check_a_directory_and_an_unknown_language(files: Path) -> None:
     assert run(["check", str(files)]).stderr == f"dcode: error: {files} is a directory\n"
-    result = run(["check", str(files / "notes.xyz")])
-    assert result.exit_code == 0
-    assert result.stderr == f"dcode: {files / 'notes.xyz'}: unknown language, not checked (use --lang)\n"
+    result = run(["check", str(files / "notes.xyz"), str(files / "good.py")])
+    assert result.exit_code == 2  # a file named explicitly that cannot be checked is unusable input
+    assert result.stderr == f"dcode: error: {files / 'notes.xyz'}: unknown language, not checked (use --lang)\n"
     assert run(["check", "--lang", "cobol", str(files / "good.py")]).exit_code == 2
 
 
@@ -134,3 +135,39 @@ def test_repair_diff_writes_nothing_and_o_writes_elsewhere(files: Path) -> None:
     result = run(["repair", str(path), "-o", str(other), "-q"])
     assert path.read_text() == BROKEN
     assert result.exit_code in (0, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# What Python rejects before it parses, and files that are not files
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (b"# -*- coding: uft-8 -*-\nx = 1\n", "1:1: encoding problem: uft-8"),
+        (b"x = 'caf\xe9'\n", "1:9: Non-UTF-8 code starting with '\\xe9' on line 1, but no encoding declared (PEP 263)"),
+        (b"#!/usr/bin/env python\n# coding: ascii\nx = '\xc3\xa9'\n", "3:6: encoding problem: ascii"),
+    ],
+)
+def test_check_follows_pythons_source_decoding(tmp_path: Path, data: bytes, line: str) -> None:
+    (tmp_path / "x.py").write_bytes(data)
+    result = run(["check", str(tmp_path / "x.py")])
+    assert (result.exit_code, result.stdout, result.stderr) == (3, f"{tmp_path / 'x.py'}:{line}\n", "")
+
+
+@pytest.mark.parametrize(
+    "data", [b"\xef\xbb\xbfx = 1\n", b"# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n", "x = 'café'\n".encode()]
+)
+def test_check_accepts_what_python_runs(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / "x.py").write_bytes(data)
+    result = run(["check", str(tmp_path / "x.py")])
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_check_refuses_a_fifo_instead_of_waiting(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "pipe.py")
+    result = run(["check", str(tmp_path / "pipe.py")])  # before the fix this never returned
+    assert result.exit_code == 2
+    assert result.stderr == f"dcode: error: {tmp_path / 'pipe.py'} is a FIFO, not a regular file\n"

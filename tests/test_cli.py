@@ -457,7 +457,7 @@ def test_env_order_lang_cache_and_device(tiny_checkpoint: Path) -> None:
         ({"DCODE_STEPS": "0"}, "steps must be at least 1"),
         ({"DCODE_BLOCK": "0"}, "block must be at least 1"),
         ({"DCODE_APPROX_CACHE": "both"}, "unknown approximate cache 'both' (choose from dual, prefix, off)"),
-        ({"DCODE_LENGTH": "0"}, "--length must be at least 1 token"),
+        ({"DCODE_LENGTH": "0"}, "DCODE_LENGTH must be at least 1 token"),  # the variable that set it
         ({"DCODE_LANG": "cobol"}, f"unknown language 'cobol'; supported: {', '.join(LANGUAGES)}"),
         ({"DCODE_DEVICE": "tpu"}, "unknown --device 'tpu' (choose from auto, cpu, cuda, mps)"),
     ],

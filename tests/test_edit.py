@@ -556,28 +556,30 @@ def test_inputs_the_model_cannot_serve(tokenizer) -> None:
     whole = (0, len(SOURCE.encode()))
     with pytest.raises(pipeline.InputError, match=r"^the instruction is empty$"):
         run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, whole, " \n")
-    small = ScriptedDenoiser(tokenizer, SUM, max_length=64)
-    file_tokens = len(tokenizer.encode(SOURCE, add_special_tokens=False))
+    small = ScriptedDenoiser(tokenizer, SUM, max_length=40)
     prompt = len(pipeline.prompt_ids(small, "fix add", "python"))
-    with pytest.raises(pipeline.InputError) as caught:
-        run_edit(small, SOURCE, find_symbol(SOURCE, "python", "add"), name="app.py")
-    over = prompt + file_tokens - 64
+    with pytest.raises(pipeline.InputError) as caught:  # a region that itself does not fit
+        run_edit(small, SOURCE, find_symbol(SOURCE, "python", "Stack"), name="app.py")
+    region_tokens = len(tokenizer.encode(SOURCE[SOURCE.index("class Stack") :], add_special_tokens=False))
     assert str(caught.value) == (
-        f"app.py is {file_tokens} tokens; with the {prompt}-token prompt that exceeds the model's context "
-        f"of 64 tokens by {over}"
+        f"the region (lines 13-22 of app.py) is {region_tokens} tokens; with the {prompt}-token prompt that "
+        f"exceeds the model's context of 40 tokens by {prompt + region_tokens - 40} (select fewer lines)"
     )
     with pytest.raises(pipeline.InputError, match=r"^--length 9999 plus the"):
         run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, whole, length=9999)
     assert small.seen == []
 
 
-def test_room_shrinks_to_what_fits(tokenizer) -> None:
+def test_the_region_keeps_its_room_and_the_context_gives_way(tokenizer) -> None:
     region = find_symbol(SOURCE, "python", "add")
     fixed = ScriptedDenoiser(tokenizer, SUM)
     needed = run_edit(fixed, SOURCE, region)[-1]
     limit = needed.prompt_tokens + needed.context_tokens + needed.region_tokens + 3  # room for 3 more
     done = run_edit(ScriptedDenoiser(tokenizer, SUM, max_length=limit), SOURCE, region)[-1]
-    assert done.canvas == needed.region_tokens + 3
+    assert done.canvas == pipeline.edit_budget(needed.region_tokens)
+    assert done.window is not None and done.window["whole_file"] is False
+    assert done.prompt_tokens + done.context_tokens + done.canvas <= limit
+    assert done.code == needed.code  # the same edit, from less context
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,15 +820,15 @@ class TestCommand:
         assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.is_file()} == before
         assert made == []  # bad input never costs a model load
 
-    def test_too_long_for_the_model_says_by_how_much(self, workdir: Path, scripted, tokenizer) -> None:
-        made = scripted(SUM, max_length=64)
-        result = self.edit(["app.py", "--symbol", "add", "--instruct", "x"])
+    def test_a_region_too_long_for_the_model_says_by_how_much(self, workdir: Path, scripted, tokenizer) -> None:
+        made = scripted(SUM, max_length=40)
+        result = self.edit(["app.py", "--instruct", "x"])
         file_tokens = len(tokenizer.encode(SOURCE, add_special_tokens=False))
         prompt = len(pipeline.prompt_ids(made[-1], "x", "python"))
         assert result.exit_code == 2 and result.stdout == ""
         assert result.stderr == (
             f"dcode: error: app.py is {file_tokens} tokens; with the {prompt}-token prompt that exceeds "
-            f"the model's context of 64 tokens by {prompt + file_tokens - 64}\n"
+            f"the model's context of 40 tokens by {prompt + file_tokens - 40} (select fewer lines)\n"
         )
         assert self.files(workdir) == ["app.py"] and made[-1].seen == []
 

@@ -23,14 +23,15 @@ import importlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
 from dcode.config import SamplerConfig, merge_family_defaults
 
-# The public prompt set, in a source checkout (benchmarks/ is not part of the wheel).
-PROMPTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "prompts.jsonl"
+# The public prompt set: package data, so an installed dcode has it (benchmarks/prompts.jsonl links here).
+PROMPTS = Path(str(resources.files(__package__).joinpath("prompts.jsonl")))
 EXTRA_HINT = "pip install 'dcode[bench]'"
 # SamplerConfig fields a setting decides; the others (ordering, temperature, top_p) take the
 # model family's recommended values, as `dcode new` does when the user leaves them unset.

@@ -159,7 +159,7 @@ def read_rows(path: Path | None, limit: int) -> list[dict[str, str]]:
     from dcode.bench import PROMPTS, read_prompts
 
     if path is None and not PROMPTS.is_file():
-        fail(f"no prompt set at {PROMPTS} (it ships with dcode's source, not the wheel): pass --prompts PATH", USAGE)
+        fail(f"no prompt set at {PROMPTS} (a broken install?): pass --prompts PATH", USAGE)
     try:
         return read_prompts(path or PROMPTS, limit)
     except OSError as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,6 +16,7 @@ from dcode.cli.common import (
     USAGE,
     app,
     fail,
+    interrupted,
     output_target,
     read_checkable,
     run_model,
@@ -38,6 +39,9 @@ REPAIR_FILE_OPTIONS = (
     *VIEW,
 )
 
+if TYPE_CHECKING:
+    from dcode.syntax import Issue
+
 
 @app.command()
 def check(
@@ -49,24 +53,15 @@ def check(
     import json
 
     from dcode import syntax
-    from dcode.files import FileProblem, read_source
 
     unreadable = found = False
     report: list[dict[str, object]] = []
     for path in files:
-        try:
-            source = read_source(path)
-            language = syntax.detect_language(str(path), source, lang)
-        except FileProblem as error:
-            typer.echo(f"dcode: error: {error}", err=True)
+        checked = check_one(path, lang)
+        if checked is None:
             unreadable = True
             continue
-        except syntax.UnknownLanguage as error:
-            fail(str(error), USAGE)
-        if language is None:
-            typer.echo(f"dcode: {path}: unknown language, not checked (use --lang)", err=True)
-            continue
-        issues = syntax.find_issues(source, language)
+        language, issues = checked
         found = found or bool(issues)
         if as_json:
             report.append({"path": str(path), "language": language, "issues": [vars(i) for i in issues]})
@@ -76,6 +71,35 @@ def check(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     raise typer.Exit(USAGE if unreadable else SYNTAX if found else OK)
+
+
+def check_one(path: Path, lang: str | None) -> tuple[str, list[Issue]] | None:
+    """A file's language and issues; None (after one line on stderr) when it cannot be checked:
+    unreadable, not a regular file, binary, of no known language. Python files are decoded by
+    Python's own rules (a BOM, a PEP 263 declaration, else UTF-8): what the interpreter rejects
+    before parsing is an issue too; other languages must be UTF-8."""
+    from dcode import syntax
+    from dcode.files import FileProblem, read_bytes
+
+    try:
+        data = read_bytes(path)
+        language = syntax.detect_language(str(path), data.decode("utf-8", errors="replace"), lang)
+    except FileProblem as error:
+        typer.echo(f"dcode: error: {error}", err=True)
+        return None
+    except syntax.UnknownLanguage as error:
+        fail(str(error), USAGE)
+    if language is None:
+        typer.echo(f"dcode: error: {path}: unknown language, not checked (use --lang)", err=True)
+        return None
+    if language == "python":
+        source, problem = syntax.decode_python(data)
+        return language, [problem] if problem is not None else syntax.find_issues(source, language)
+    try:
+        return language, syntax.find_issues(data.decode("utf-8"), language)
+    except UnicodeDecodeError as error:
+        typer.echo(f"dcode: error: {path} is not UTF-8 text (bad byte at offset {error.start})", err=True)
+        return None
 
 
 @app.command("repair")
@@ -103,13 +127,13 @@ def repair_command(
 
     from dcode import pipeline
     from dcode.edit import unified_diff
-    from dcode.files import atomic_write
 
-    # 1) the input must be a readable, checkable, non-empty text file
+    # 1) the input must be a readable, checkable, non-empty text file, and where the result goes
+    # must be writable: checked before the model runs, as `dcode edit` does
     source, language = read_checkable(file, lang)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    target = None if diff else output_target(output, force)
+    target, to_stdout = repair_target(file, output, force, diff)
     config = sampler_config(chosen)
 
     # 2) repair, with the live view showing the whole file
@@ -126,21 +150,52 @@ def repair_command(
         chosen["exit_when_done"],
     )
 
-    # 3) deliver: a diff, or the file (only if it got better)
+    # 3) deliver: a diff, stdout, or the file (only if it got better)
     changed = done.code != source
     if diff:
         sys.stdout.write(unified_diff(source, done.code, file))
+        sys.stdout.flush()
+    elif to_stdout:
+        sys.stdout.write(done.code)
+        sys.stdout.flush()
     elif changed:
-        try:
-            atomic_write(target or file, done.code)
-        except OSError as error:
-            fail(f"cannot write {target or file}: {error.strerror}", RUNTIME)
+        write_repaired(target or file, done.code)
     if as_json:
         typer.echo(json.dumps({"path": str(target or file), "changed": changed, **done.metadata()}))
     elif not quiet:
         typer.echo(
             f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
-            + ("" if changed or diff else ", file unchanged"),
+            + ("" if changed or diff or to_stdout else ", file unchanged"),
             err=True,
         )
     raise typer.Exit(SYNTAX if done.issues_after else OK)
+
+
+def repair_target(file: Path, output: str | None, force: bool, diff: bool) -> tuple[Path | None, bool]:
+    """Where a repair goes: (another file, False), (None, True) for `-o -`, or (None, False) for
+    FILE in place (also when -o names FILE itself), which must then be writable."""
+    from dcode.files import FileProblem, check_writable, same_file
+
+    if diff:
+        return None, False
+    if output == "-":
+        return None, True
+    if output is not None and not same_file(Path(output), file):
+        return output_target(output, force), False
+    try:
+        check_writable(file, True)
+    except FileProblem as error:
+        fail(str(error), USAGE)
+    return None, False
+
+
+def write_repaired(path: Path, code: str) -> None:
+    """Replace path atomically; a failure is one line (exit 1), Ctrl-C or SIGTERM leave no temp file."""
+    from dcode.files import atomic_write
+
+    try:
+        atomic_write(path, code)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}", RUNTIME)
+    except KeyboardInterrupt as error:
+        interrupted(error)

@@ -5,15 +5,20 @@ Each command lives in a small module beside this one (generate: new; checking: c
 editing: edit; listing: models; bench: bench) and registers itself on `app`; dcode.cli imports
 them all. Options are declared in dcode.options and built by dcode.cli.options.
 
-Exit codes: 0 ok, 1 runtime error, 2 usage error (bad input), 3 syntax errors remain, 130
-interrupted. The answer goes to stdout; progress goes to stderr, and only to a terminal.
+Exit codes: 0 ok, 1 runtime error (a write that failed, stdout included), 2 usage error (bad
+input), 3 syntax errors remain, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, cleaned up as
+Ctrl-C is). The answer goes to stdout; progress goes to stderr, and only to a terminal.
 Heavy imports (torch, transformers) happen inside the commands that need a model.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
@@ -42,27 +47,113 @@ if TYPE_CHECKING:
 
 R = TypeVar("R", Finished, Edited, Repaired)  # the record a command's stream ends with
 
-OK, RUNTIME, USAGE, SYNTAX, INTERRUPTED = 0, 1, 2, 3, 130
+OK, RUNTIME, USAGE, SYNTAX, INTERRUPTED, TERMINATED = 0, 1, 2, 3, 130, 143
 DEFAULT_LENGTH = 256  # answer tokens when neither --length nor DCODE_LENGTH is given
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is: every Ctrl-C clean-up runs (temporary files,
+    a backup that is no longer needed), then dcode exits with TERMINATED."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 class OneLineErrors(TyperGroup):
-    """Click's usage errors as one `dcode: error:` line (exit 2) instead of four lines."""
+    """Click's usage errors as one `dcode: error:` line (exit 2) instead of four lines; a write
+    that fails (stdout on a full disk or closed) as one line (exit 1); SIGTERM as Ctrl-C (exit 143)."""
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[no-untyped-def, override]
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
+        previous = _install(signal.SIGTERM, _on_sigterm)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]
         except typer.TyperException as error:  # click's exceptions, vendored by typer
             if type(error).__name__ == "NoArgsIsHelpError":  # bare `dcode`: the help, as click shows it
                 typer.echo(error.format_message(), err=True)
             else:
-                typer.echo(f"dcode: error: {error.format_message()}", err=True)
+                typer.echo(f"dcode: error: {env_named(error)}", err=True)
             sys.exit(error.exit_code)
-        except typer.Abort:
-            sys.exit(INTERRUPTED)
+        except typer.Abort as error:
+            sys.exit(TERMINATED if isinstance(error.__cause__, Terminated) else INTERRUPTED)
+        except OSError as error:
+            sys.exit(write_failed(error))
+        finally:
+            _install(signal.SIGTERM, previous)
         sys.exit(code if isinstance(code, int) else OK)
+
+
+def _install(signum: int, handler: Any) -> Any:
+    """Set a signal handler where Python allows it (the main thread); returns the old one."""
+    if handler is None or threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signum, handler)
+
+
+def env_named(error: Exception) -> str:
+    """A click error's message naming where the bad value came from: click names the environment
+    variable even for a value given as a flag; keep that only when the variable gave it."""
+    message = str(error.format_message())  # type: ignore[attr-defined]
+    ctx, param = getattr(error, "ctx", None), getattr(error, "param", None)
+    envvar = getattr(param, "envvar", None)
+    if ctx is None or param is None or not isinstance(envvar, str) or param.name is None:
+        return message
+    source = ctx.get_parameter_source(param.name)
+    if source is None or source.name != "ENVIRONMENT":
+        message = message.replace(f" (env var: {envvar!r})", "")
+    return message
+
+
+def option_named(ctx: typer.Context, name: str, flag: str) -> str:
+    """How to name an option in an error about its value: the flag, or the DCODE_* variable
+    (`DCODE_LENGTH=0` gets `DCODE_LENGTH`, `--length 0` gets `--length`)."""
+    source = ctx.get_parameter_source(name)
+    if source is not None and source.name == "ENVIRONMENT":
+        envvar = next((p.envvar for p in ctx.command.params if p.name == name), None)
+        if isinstance(envvar, str):
+            return envvar
+    return flag
+
+
+# errno values of a write that cannot complete: a full disk, a closed or broken descriptor
+_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EBADF, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EPIPE})
+
+
+def write_failed(error: OSError) -> int:
+    """One line for an OSError no command caught (a write to stdout: to a full disk, a closed
+    descriptor); returns RUNTIME. stdout is then pointed at /dev/null, so the interpreter's last
+    flush of what is still buffered does not print a traceback of its own."""
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.filename is None and error.errno in _WRITE_ERRORS:
+        _silence_stdout()
+        typer.echo(f"dcode: error: cannot write to stdout: {reason}", err=True)
+    else:
+        typer.echo(f"dcode: error: {reason}" + (f": {error.filename}" if error.filename else ""), err=True)
+    return RUNTIME
+
+
+def _silence_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+class ClosedStdout:
+    """sys.stdout when the process was started with it closed (`>&-`): every write fails as a
+    write to a closed descriptor does, so the answer is never silently lost."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        pass  # nothing is ever buffered: write() failed
+
+    def isatty(self) -> bool:
+        return False
 
 
 app: typer.Typer = typer.Typer(
@@ -87,10 +178,15 @@ def read_prompt(
     """The argument's text, or stdin's when the argument is '-' or absent and stdin is piped."""
     if value is not None and value != "-":
         text = value
+    elif sys.stdin is None:
+        fail(f"no {what}: stdin is closed; {hint}", USAGE)
     elif value is None and sys.stdin.isatty():
         fail(f"no {what}: {hint}", USAGE)
     else:
-        raw = sys.stdin.buffer.read()
+        try:
+            raw = sys.stdin.buffer.read()
+        except OSError as error:
+            fail(f"cannot read the {what} from stdin: {error.strerror or error}", USAGE)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -112,10 +208,11 @@ def language_for(explicit: str | None, output: Path | None) -> str:
 
 
 def output_target(raw: str | None, force: bool) -> Path | None:
-    """-o as a Path after checking it can be written (a trailing slash names a folder: refused)."""
+    """-o as a Path after checking it can be written (a trailing slash names a folder: refused);
+    None for stdout: no -o, or `-o -` (as `-` means stdin for a prompt)."""
     from dcode.files import FileProblem, check_writable
 
-    if raw is None:
+    if raw is None or raw == "-":
         return None
     if raw.endswith(("/", os.sep)):
         fail(f"{raw} names a folder; give a file name", USAGE)
@@ -255,9 +352,8 @@ def run_model(
         raise
     except pipeline.InputError as error:
         fail(str(error), USAGE)
-    except KeyboardInterrupt:
-        typer.echo("dcode: interrupted", err=True)
-        raise typer.Exit(INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        interrupted(error)
     except (RuntimeError, MemoryError) as error:
         fail(f"generation failed: {str(error).splitlines()[0] if str(error) else type(error).__name__}", RUNTIME)
     if not isinstance(last, result):
@@ -296,8 +392,34 @@ def version() -> None:
 
 
 def main() -> None:
+    guard_standard_streams()
     try:
         app()
-    except KeyboardInterrupt:
-        typer.echo("dcode: interrupted", err=True)
-        sys.exit(INTERRUPTED)
+    except KeyboardInterrupt as error:
+        terminated = isinstance(error, Terminated)
+        typer.echo(f"dcode: {'terminated' if terminated else 'interrupted'}", err=True)
+        sys.exit(TERMINATED if terminated else INTERRUPTED)
+
+
+def guard_standard_streams() -> None:
+    """A process started with stdin, stdout or stderr closed (`<&-`, `>&-`): the descriptor is
+    held on /dev/null, so no file dcode opens takes its number, and a closed stdout fails every
+    write (ClosedStdout) instead of losing the answer. A closed stdin stays None (read_prompt
+    says so)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:  # a lower descriptor was free after all
+                os.dup2(opened, fd)
+                os.close(opened)
+    if sys.stdout is None:
+        sys.stdout = ClosedStdout()  # type: ignore[assignment]
+
+
+def interrupted(error: KeyboardInterrupt) -> NoReturn:
+    """Ctrl-C (exit 130) or SIGTERM (exit 143), after the caller's clean-up ran: one line."""
+    terminated = isinstance(error, Terminated)
+    typer.echo(f"dcode: {'terminated' if terminated else 'interrupted'}", err=True)
+    raise typer.Exit(TERMINATED if terminated else INTERRUPTED)

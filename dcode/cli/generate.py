@@ -14,7 +14,9 @@ from dcode.cli.common import (
     USAGE,
     app,
     fail,
+    interrupted,
     language_for,
+    option_named,
     output_target,
     read_prompt,
     run_model,
@@ -64,7 +66,7 @@ def new(
     text = read_prompt(prompt)
     config = sampler_config(chosen)
     if length < 1:
-        fail("--length must be at least 1 token", USAGE)
+        fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
     target = output_target(output, force)
     language = language_for(lang, target)
 
@@ -92,7 +94,9 @@ def new(
         try:
             atomic_write(target, finished.code)
         except OSError as error:
-            fail(f"cannot write {target}: {error.strerror}", RUNTIME)
+            fail(f"cannot write {target}: {error.strerror or error}", RUNTIME)
+        except KeyboardInterrupt as error:
+            interrupted(error)
     if as_json:
         extra = {"model": name, "language": language, "path": str(target) if target else None}
         typer.echo(pipeline.report_json(finished, extra))
