@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, Protocol, cast
 
 import torch
 
 from dcode.config import SamplerConfig
-from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
+from dcode.models.base import Cache, Denoiser, ModelFacts, UniformDenoiser, WindowDenoiser
 from dcode.rules import (
     SCORES,
     checked_drafts,
@@ -34,6 +34,7 @@ from dcode.rules import (
     hold_back,
     penalize_repeats,
     schedule_counts,
+    suppress_tokens,
     verified_run,
 )
 
@@ -112,6 +113,384 @@ def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[i
 
 
 # ---------------------------------------------------------------------------------------------
+# Forward strategies: how a pass runs the model, chosen once per denoise() (choose_forward).
+# Each takes the rows fed (R, L) and returns the logits predicting positions [s, reach) of each
+# row, (R, reach-s, V), and how many tokens it fed the model.
+
+
+class Forward(Protocol):
+    renoises: bool  # positions still to fill go in as fresh random tokens (uniform-noise models)
+
+    def __call__(
+        self,
+        feed: torch.Tensor,
+        block: tuple[int, int],
+        reach: int,
+        first: bool,
+        open_offsets: torch.Tensor,
+        temperature: float,
+    ) -> tuple[torch.Tensor, int]: ...
+
+
+class FullCanvas:
+    """No cache: every pass runs the whole canvas (each of the verify rule's rows is one)."""
+
+    renoises = False
+
+    def __init__(self, model: Denoiser) -> None:
+        self.model = model
+
+    def __call__(
+        self,
+        feed: torch.Tensor,
+        block: tuple[int, int],
+        reach: int,
+        first: bool,
+        open_offsets: torch.Tensor,
+        temperature: float,
+    ) -> tuple[torch.Tensor, int]:
+        shift = int(self.model.facts.shifted)  # a shifted model's row i-1 predicts position i
+        out = self.model(feed, None)  # (R, L, V)
+        return out[:, block[0] - shift : reach - shift], feed.numel()
+
+
+class ExactCache:
+    """Block-causal attention makes a finished block's keys/values final: each pass feeds only the
+    uncached stretch up to `reach`, then the cache is cropped back to the finished blocks."""
+
+    renoises = False
+
+    def __init__(self, model: Denoiser, cache: Cache) -> None:
+        self.model, self.cache = model, cache
+        self.carry: torch.Tensor | None = None  # (V,) logits row of position s-1 (shifted models)
+
+    def __call__(
+        self,
+        feed: torch.Tensor,
+        block: tuple[int, int],
+        reach: int,
+        first: bool,
+        open_offsets: torch.Tensor,
+        temperature: float,
+    ) -> tuple[torch.Tensor, int]:
+        s, facts = block[0], self.model.facts
+        cached = self.cache.length
+        out = self.model(feed[:, cached:reach], self.cache)  # (R, reach-cached, V)
+        self.cache.crop((s // facts.block) * facts.block if facts.block else s)  # keep finished blocks only
+        fed = (reach - cached) * len(feed)
+        if not facts.shifted:
+            return out[:, s - cached : reach - cached], fed
+        if cached <= s - 1:  # position s-1 was fed now (it is cached afterwards): keep its row
+            self.carry = out[0, s - 1 - cached]  # the same in every row: it lies before the block
+        assert self.carry is not None
+        return torch.cat([self.carry.expand(len(feed), 1, -1), out[:, s - cached : reach - cached - 1]], dim=1), fed
+
+
+class WindowCache:
+    """Fast-dLLM's approximate cache (full attention): a block's first pass runs the whole canvas
+    and caches every position outside the window (the block; "prefix": the block and all after
+    it); later passes feed the window alone, reading every other position from that first pass."""
+
+    renoises = False
+
+    def __init__(self, model: WindowDenoiser, cache: Any, dual: bool) -> None:
+        self.model, self.cache, self.dual = model, cache, dual
+
+    def __call__(
+        self,
+        feed: torch.Tensor,
+        block: tuple[int, int],
+        reach: int,
+        first: bool,
+        open_offsets: torch.Tensor,
+        temperature: float,
+    ) -> tuple[torch.Tensor, int]:
+        s, e = block
+        if not first:
+            # its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s)
+            lo, hi = self.cache.window
+            return self.model.window(feed[:, lo:hi], self.cache)[:, : e - s], hi - lo  # (1, e-s, V)
+        shift = int(self.model.facts.shifted)
+        length = feed.shape[1]
+        out = self.model.refresh(feed, (s - shift, e if self.dual else length), self.cache)  # (1, L, V)
+        return out[:, s - shift : reach - shift], length
+
+
+class UniformNoise:
+    """DiffusionGemma: the context before a block goes into the cache once, clean (without a cache:
+    every pass, afresh); the block goes in alone, every position still to fill holding a fresh
+    random token, with the previous pass's temperature-scaled logits (self-conditioning)."""
+
+    renoises = True
+
+    def __init__(self, model: UniformDenoiser, cache: Cache | None, gen: torch.Generator) -> None:
+        self.model, self.cache, self.gen = model, cache, gen
+        self.previous: torch.Tensor | None = None  # (1, e-s, V) the block's last pass, scaled
+
+    def __call__(
+        self,
+        feed: torch.Tensor,
+        block: tuple[int, int],
+        reach: int,
+        first: bool,
+        open_offsets: torch.Tensor,
+        temperature: float,
+    ) -> tuple[torch.Tensor, int]:
+        s, e = block
+        facts = self.model.facts
+        if first:
+            self.previous = None
+        context = self.cache if self.cache is not None else self.model.new_cache()
+        cached = context.length
+        if cached < s:
+            self.model.extend(feed[:, cached:s], context)
+        noisy = feed[0, s:e].clone()  # (e-s,)
+        noise = uniform_noise(len(open_offsets), facts.vocab_size, facts.mask_id, self.gen)
+        noisy[open_offsets] = noise.to(noisy.device)
+        logits = self.model(noisy[None], context, previous=self.previous)  # (1, e-s, V)
+        self.previous = logits / temperature if temperature > 0 else logits
+        return logits, e - cached
+
+
+def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator) -> Forward:
+    """The forward strategy for this model and these settings."""
+    cache = model.new_cache() if config.cache else None
+    if model.facts.noise == "uniform":
+        return UniformNoise(cast(UniformDenoiser, model), cache, gen)
+    if cache is not None:
+        return ExactCache(model, cache)
+    # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
+    # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
+    if config.cache and config.approx_cache != "off" and config.rule != "verify" and hasattr(model, "new_window_cache"):
+        windowed = cast(WindowDenoiser, model)
+        window_cache = windowed.new_window_cache()
+        if window_cache is not None:
+            return WindowCache(windowed, window_cache, dual=config.approx_cache == "dual")
+    return FullCanvas(model)
+
+
+# ---------------------------------------------------------------------------------------------
+# One pass's choices: the candidates, then the verify rule or a commit rule
+
+
+@dataclass(frozen=True)
+class Choosing:
+    """What every pass chooses with, fixed for one denoise() call."""
+
+    config: SamplerConfig
+    gen: torch.Generator
+    start: int  # first answer position: the repetition penalty looks no further back
+    mask_id: int
+    suppressed: torch.Tensor  # (k,) ids never written: the mask id and the banned ids
+    ends: torch.Tensor  # (m,) ids that end the answer: EOS and padding
+    device: torch.device
+    dtype: torch.dtype  # the canvas's
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a pass writes: tokens[picked] at the block's open offsets [picked]."""
+
+    picked: torch.Tensor  # (k,) indices into the pass's open offsets, tokens and scores
+    tokens: torch.Tensor  # (n,) a token per open offset considered
+    scores: torch.Tensor  # (n,) their ordering scores (higher = more certain)
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """The verify rule's guesses for a block: tokens (e-s,) for its positions still to fill (the
+    mask id where none) and its Gumbel noise (e-s, V), one draw per position for the whole block."""
+
+    tokens: torch.Tensor | None = None
+    noise: torch.Tensor | None = None
+
+
+def candidate_logits(
+    logits: torch.Tensor, row: torch.Tensor, is_open: torch.Tensor, block: tuple[int, int], choosing: Choosing
+) -> torch.Tensor:
+    """The logits (n, V) of positions to fill in `block`, as choices: never a mask or a banned id,
+    and repeats of what the canvas `row` (L,) shows penalized (CTRL), at the positions before and
+    in the block that is_open (L,) does not mark as still open."""
+    logits = suppress_tokens(logits, choosing.suppressed)
+    penalty = choosing.config.repetition_penalty
+    if penalty == 1.0:
+        return logits
+    s, e = block
+    lo = max(choosing.start, s - choosing.config.repetition_window)
+    seen = row[lo:e][~is_open[lo:e]]  # (k,)
+    return penalize_repeats(logits, seen[~torch.isin(seen, choosing.ends)], penalty)
+
+
+def written(is_open: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """is_open (L,) with `positions` (k,) written: what a verify row that holds drafts there sees."""
+    row_open = is_open.clone()
+    row_open[positions] = False
+    return row_open
+
+
+def commit_rule_pass(
+    block_logits: torch.Tensor,
+    canvas: torch.Tensor,
+    is_open: torch.Tensor,
+    block: tuple[int, int],
+    open_offsets: torch.Tensor,
+    temperature: float,
+    count: int | None,
+    stable: torch.Tensor | None,
+    choosing: Choosing,
+) -> tuple[Commit, torch.Tensor | None]:
+    """A token and a score for each of the block's open offsets (n,) from block_logits (e-s, V);
+    then the commit rule picks some: the `count` best (LLaDA's schedule), those above the
+    threshold (Fast-dLLM), those within the entropy bound (EB-sampler), or all of them, greedily,
+    on a block's last allowed pass (count None) or once its argmax is stable and confident
+    (DiffusionGemma; `stable` is the last pass's argmax (e-s,), returned updated)."""
+    config, gen = choosing.config, choosing.gen
+    candidates = candidate_logits(block_logits[open_offsets], canvas, is_open, block, choosing)  # (n, V)
+    tokens, probs = choose_tokens(candidates, temperature, config.top_p, gen)
+    scores = SCORES[config.ordering](probs, tokens, gen)
+    settled = False
+    if config.stop_entropy > 0:
+        settled, stable = stable_and_confident(block_logits, temperature, choosing.mask_id, stable, config.stop_entropy)
+    if settled or count is None:
+        every = torch.arange(len(open_offsets), device=open_offsets.device)
+        return Commit(every, candidates.argmax(dim=-1), scores), stable
+    if config.rule == "schedule":
+        return Commit(commit_top(scores, count), tokens, scores), stable
+    if config.rule == "threshold":
+        picked = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
+    else:
+        picked = commit_entropy_bound(entropy(probs), config.entropy_bound)
+    if config.hold_conflicts:
+        picked = hold_back(open_offsets, tokens, picked, choosing.ends)
+    return Commit(picked, tokens, scores), stable
+
+
+def verify_feed(
+    canvas: torch.Tensor,
+    open_offsets: torch.Tensor,
+    block: tuple[int, int],
+    drafts: Drafts,
+    size: int,
+    choosing: Choosing,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The verify rule's rows: the drafts (k,) it checks, for the open offsets but the last (row r
+    decides open offset r with the drafts before it in place; the last row's choice needs none),
+    the rows to feed (k+1, L), and where they are read up to: a pass that may finish the block
+    reads the next one too (still masked), to draft it."""
+    s, e = block
+    if drafts.tokens is None:
+        drafted = open_offsets[:0]
+    else:
+        drafted = checked_drafts(
+            drafts.tokens[open_offsets[:-1]], choosing.config.draft, choosing.mask_id, choosing.ends
+        )
+    feed = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
+    reach = min(e + size, len(canvas)) if len(drafted) == len(open_offsets) - 1 else e
+    return drafted, feed, reach
+
+
+def draft_tokens(
+    choices: torch.Tensor,
+    offsets: torch.Tensor,
+    width: int,
+    temperature: float,
+    noise: torch.Tensor | None,
+    choosing: Choosing,
+) -> torch.Tensor:
+    """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
+    candidates (n, V) with the block's noise (width, V); the mask id elsewhere, and from the first
+    draft on whose run's joint probability falls below the floor (a run stands only if each does)."""
+    drafts = torch.full((width,), choosing.mask_id, dtype=choosing.dtype, device=choosing.device)
+    if len(offsets):
+        config = choosing.config
+        chosen, probs = choose_tokens(
+            choices, temperature, config.top_p, choosing.gen, None if noise is None else noise[offsets]
+        )
+        unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
+        drafts[offsets] = chosen.masked_fill(unsure, choosing.mask_id)
+    return drafts
+
+
+def verify_pass(
+    logits: torch.Tensor,
+    feed: torch.Tensor,
+    drafted: torch.Tensor,
+    is_open: torch.Tensor,
+    block: tuple[int, int],
+    reach: int,
+    open_offsets: torch.Tensor,
+    temperature: float,
+    drafts: Drafts,
+    choosing: Choosing,
+) -> tuple[Commit, Drafts, Drafts | None]:
+    """The verify rule (draft, then check in one batched pass). Row r of logits (k+1, reach-s, V)
+    was fed the first r drafts and chose the token at open offset r; the drafts that are what their
+    row chose stand, and so does the choice of the first row that disagrees (verified_run): exactly
+    what one pass per token, leftmost first, would write. Returns the commit, the block's drafts for
+    the next pass (what the row that saw every committed token chose for the rest), and the next
+    block's drafts if this pass finishes the block."""
+    config, gen, ends = choosing.config, choosing.gen, choosing.ends
+    s, e = block
+    noise = drafts.noise
+    if noise is None and temperature > 0:
+        noise = gumbel_noise((e - s, logits.shape[-1]), gen, choosing.device)
+    rows = len(feed)
+    firsts = torch.cat(
+        [
+            candidate_logits(
+                logits[r, open_offsets[r : r + 1]], feed[r], written(is_open, open_offsets[:r] + s), block, choosing
+            )
+            for r in range(rows)
+        ]
+    )  # (k+1, V)
+    chosen, probs = choose_tokens(
+        firsts, temperature, config.top_p, gen, None if noise is None else noise[open_offsets[:rows]]
+    )
+    confirmed = verified_run(chosen, drafted)
+    ended = confirmed > 0 and bool(torch.isin(drafted[confirmed - 1], ends))  # an end confirmed: nothing after it
+    take = confirmed if ended else confirmed + 1
+    tokens = torch.cat([drafted[:confirmed], chosen[confirmed : confirmed + 1]])
+    commit = Commit(torch.arange(take, device=choosing.device), tokens, chosen_probability(probs, chosen))
+    if not config.draft:  # (--draft 0: no drafts to make)
+        return commit, Drafts(drafts.tokens, noise), None
+    seen_by = written(is_open, open_offsets[:confirmed] + s)  # row `confirmed` saw every token committed now
+    later = open_offsets[confirmed + 1 :]
+    choices = candidate_logits(logits[confirmed, later], feed[confirmed], seen_by, block, choosing)
+    following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
+    ahead = None
+    next_open = is_open[e:reach].nonzero()[:, 0]  # the next block's open offsets
+    if take == len(open_offsets) and not bool(torch.isin(chosen[confirmed], ends)) and len(next_open):
+        fresh = gumbel_noise((reach - e, logits.shape[-1]), gen, choosing.device) if temperature > 0 else None
+        choices = candidate_logits(logits[confirmed, e - s + next_open], feed[confirmed], seen_by, block, choosing)
+        ahead = Drafts(draft_tokens(choices, next_open, reach - e, temperature, fresh, choosing), fresh)
+    return commit, following, ahead
+
+
+def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int) -> None:
+    """The answer ends at its first committed end (or pad) token: what follows is padding, as in
+    training, so the open positions after it are filled with the pad id in place (no passes)."""
+    hits = (torch.isin(canvas[start:], ends) & ~is_open[start:]).nonzero()
+    if len(hits):
+        rest = is_open.clone()
+        rest[: start + int(hits[0]) + 1] = False
+        canvas[rest] = pad_id
+        is_open[rest] = False
+
+
+def check_arguments(
+    facts: ModelFacts, config: SamplerConfig, canvas: torch.Tensor, start: int, fill: torch.Tensor | None
+) -> None:
+    if facts.shifted and start < 1:
+        raise ValueError("a model with shifted logits needs at least one prompt token")
+    if facts.noise == "uniform" and start < 1:
+        raise ValueError("a uniform-noise model needs at least one prompt token as context")
+    if config.rule == "verify" and facts.noise == "uniform":
+        raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
+    if fill is not None and fill.shape != canvas.shape:
+        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop
 
 
@@ -139,227 +518,82 @@ def denoise(
     Committed positions stay committed. A uniform model's blocks count from `start` (its canvases
     begin where the answer does).
     """
-    facts = model.facts
-    device = model.device
-    canvas = canvas.clone().to(device)
+    facts, device = model.facts, model.device
+    canvas = canvas.clone().to(device)  # (L,)
     length = len(canvas)
-    if facts.shifted and start < 1:
-        raise ValueError("a model with shifted logits needs at least one prompt token")
-    renoiser = cast(UniformDenoiser, model) if facts.noise == "uniform" else None
-    if renoiser is not None and start < 1:
-        raise ValueError("a uniform-noise model needs at least one prompt token as context")
-    verify = config.rule == "verify"
-    if verify and renoiser is not None:
-        raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
-    if fill is not None and fill.shape != canvas.shape:
-        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
+    check_arguments(facts, config, canvas, start, fill)
     gen = torch.Generator().manual_seed(config.seed)
-    score = SCORES[config.ordering]
-    aligned = facts.block is not None and renoiser is None
-    size = facts.block or config.block or max(1, length - start)
-    cache = model.new_cache() if config.cache else None
-    # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
-    windowed = cast(WindowDenoiser, model)
-    # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
-    approx = config.cache and cache is None and renoiser is None and config.approx_cache != "off" and not verify
-    window_cache = windowed.new_window_cache() if approx and hasattr(model, "new_window_cache") else None
-    is_masked = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)
-    is_masked[:start] = False  # the prompt is never filled
-    canvas[is_masked] = facts.mask_id  # the placeholder every Step shows for a position still to fill
-    masks_total = int(is_masked[start:].sum())
-    forward = 0
-    carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
+    verify = config.rule == "verify"
+    forward = choose_forward(model, config, gen)  # decided once: exact cache, window cache, full canvas, uniform noise
+    is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
+    is_open[:start] = False  # the prompt is never filled
+    canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
+    open_total = int(is_open[start:].sum())
     # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
-    banned = torch.tensor(sorted(set(ban)), dtype=torch.long, device=device)
-
-    def candidates(
-        row_logits: torch.Tensor, row: torch.Tensor, drafts: int, rows: torch.Tensor, span: tuple[int, int]
-    ) -> torch.Tensor:
-        """The logits (n, V) of positions to fill in the block `span`, as choices: never a mask or
-        a banned id, and repeats of what the canvas `row` (L,) shows penalized, counting the first
-        `drafts` of the block's open offsets `rows` as written (a verify row's drafts)."""
-        row_logits[:, facts.mask_id] = float("-inf")  # a mask is never an answer
-        row_logits[:, banned] = float("-inf")
-        if config.repetition_penalty == 1.0:
-            return row_logits
-        s, e = span
-        lo = max(start, s - config.repetition_window)
-        open_now = is_masked.clone()
-        open_now[rows[:drafts] + s] = False
-        seen = row[lo:e][~open_now[lo:e]]
-        return penalize_repeats(row_logits, seen[~torch.isin(seen, ends)], config.repetition_penalty)
-
-    def drafts_from(
-        choices: torch.Tensor, offsets: torch.Tensor, width: int, temperature: float, noise: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
-        candidates (n, V) with the block's noise; the mask id elsewhere."""
-        drafts = torch.full((width,), facts.mask_id, dtype=canvas.dtype, device=device)
-        if len(offsets):
-            chosen, probs = choose_tokens(
-                choices, temperature, config.top_p, gen, None if noise is None else noise[offsets]
-            )
-            # a run of drafts stands only if each does: stop where its joint probability gets small
-            unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
-            drafts[offsets] = chosen.masked_fill(unsure, facts.mask_id)
-        return drafts
-
-    ahead_of: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # block start -> drafts, noise
-    for s, e in block_spans(start, length, size, aligned):
-        in_block = int(is_masked[s:e].sum())
+    suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)
+    choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, device, canvas.dtype)
+    size = facts.block or config.block or max(1, length - start)
+    aligned = facts.block is not None and facts.noise != "uniform"  # a block-causal model's own blocks
+    forwards = 0
+    ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
+    for block in block_spans(start, length, size, aligned):
+        s, e = block
+        in_block = int(is_open[s:e].sum())
         if in_block == 0:
             continue
-        # Passes this block gets under the fixed schedule: its share of the total budget.
-        steps = config.steps or masks_total
-        plan = schedule_counts(in_block, max(1, round(steps * in_block / max(1, masks_total))))
-        a = (s // facts.block) * facts.block if facts.block else s  # first position of s's attention block
-        horizon = config.max_block_steps or in_block  # the passes the temperature schedule spans
-        previous: torch.Tensor | None = None  # (1, e-s, V) last pass's scaled logits (uniform models)
-        before: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
-        # The verify rule's drafts (e-s,) for positions still to fill and its Gumbel noise (e-s, V),
-        # one draw per position; the pass that finished the block before may have drafted this one.
-        proposal, noise = ahead_of.pop(s, (None, None))
-        step_in_block = 0
-        while bool(is_masked[s:e].any()):
-            # (verify: one temperature, so that its fewer passes sample what one per pass samples)
-            temperature = (
-                config.temperature
-                if verify
-                else linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
-            )
-            rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
-            # the verify rule's drafts to check: for the open positions but the last (row r decides
-            # position r with the drafts before it in place; the last row's choice needs no draft)
-            drafted = (
-                rows[:0] if proposal is None else checked_drafts(proposal[rows[:-1]], config.draft, facts.mask_id, ends)
-            )
-            feed = draft_rows(canvas, rows[: len(drafted)] + s, drafted) if verify else canvas[None]  # (R, L)
-            # A verify pass that may finish the block reads the next block too (still masked), to draft it.
-            reach = min(e + size, length) if verify and len(drafted) == len(rows) - 1 else e
-            # 1) forward: with a cache only the uncached stretch up to `reach`; logits (R, reach-s, V)
-            if renoiser is not None:
-                # The context goes into the cache once, clean (without a cache: every pass, afresh);
-                # the block goes in alone, its unfilled positions re-noised.
-                context = cache if cache is not None else renoiser.new_cache()
-                c = context.length
-                if c < s:
-                    renoiser.extend(canvas[None, c:s], context)
-                noisy = canvas[s:e].clone()
-                noisy[rows] = uniform_noise(len(rows), facts.vocab_size, facts.mask_id, gen).to(device)
-                logits = renoiser(noisy[None], context, previous=previous)  # (1, e-s, V)
-                previous = logits / temperature if temperature > 0 else logits
-                fed = e - c
-            elif cache is not None:
-                c = cache.length
-                out = model(feed[:, c:reach], cache)  # (R, reach-c, V)
-                cache.crop(a)  # keep finished blocks only
-                fed = (reach - c) * len(feed)
-                if facts.shifted:
-                    if c <= s - 1:
-                        carry = out[0, s - 1 - c]  # the same in every row: it lies before the block
-                    assert carry is not None
-                    logits = torch.cat([carry.expand(len(feed), 1, -1), out[:, s - c : reach - c - 1]], dim=1)
-                else:
-                    logits = out[:, s - c : reach - c]
-            elif window_cache is not None and step_in_block > 0:
-                # Fast-dLLM: the window alone, every other position read from the block's first pass.
-                # Its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s).
-                window = window_cache.window
-                logits = windowed.window(canvas[None, window[0] : window[1]], window_cache)[:, : e - s]
-                fed = window[1] - window[0]
-            else:
-                if window_cache is not None:  # the block's first pass: the whole canvas, cached but the window
-                    lo = s - 1 if facts.shifted else s
-                    hi = e if config.approx_cache == "dual" else length
-                    out = windowed.refresh(canvas[None], (lo, hi), window_cache)  # (1, L, V)
-                else:
-                    out = model(feed, None)  # (R, L, V)
-                fed = length * len(feed)
-                logits = out[:, s - 1 : reach - 1] if facts.shifted else out[:, s:reach]
-            forward += 1
-
+        # 1) the block's budget: its share of the fixed schedule's passes (LLaDA), and the passes
+        # the temperature schedule spans (DiffusionGemma)
+        plan = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
+        horizon = config.max_block_steps or in_block
+        stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
+        drafts = ahead.pop(s, Drafts())
+        passes = 0  # in this block
+        while bool(is_open[s:e].any()):
+            open_offsets = is_open[s:e].nonzero()[:, 0]  # (n,) block offsets of the positions to fill
+            # 2) the rows to feed: the canvas, or the verify rule's drafts in place (one temperature,
+            # so that its fewer passes sample what one pass per token samples)
             if verify:
-                # 2-3) row r chose the token after its r drafts; the drafts that are what their row
-                # chose stand, and so does the choice of the first row that disagrees
-                if noise is None and temperature > 0:
-                    noise = gumbel_noise((e - s, logits.shape[-1]), gen, device)
-                count = len(feed)
-                firsts = torch.cat(
-                    [candidates(logits[r, rows[r : r + 1]], feed[r], r, rows, (s, e)) for r in range(count)]
-                )
-                chosen, probs = choose_tokens(
-                    firsts, temperature, config.top_p, gen, None if noise is None else noise[rows[:count]]
-                )
-                m = verified_run(chosen, drafted)
-                ended = m > 0 and bool(torch.isin(drafted[m - 1], ends))  # an end confirmed: nothing after it
-                take = m if ended else m + 1
-                tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]]), torch.arange(take, device=device)
-                scores = chosen_probability(probs, chosen)
-                if config.draft:  # (--draft 0: no drafts to make)
-                    # Next pass's drafts: what row m, which saw every token committed now, chose for the
-                    # rest of the block; if this pass finished the block, for the next block too.
-                    later = rows[m + 1 :]
-                    proposal = drafts_from(
-                        candidates(logits[m, later], feed[m], m, rows, (s, e)), later, e - s, temperature, noise
-                    )
-                    following = is_masked[e:reach].nonzero()[:, 0]  # the next block's open offsets
-                    if take == len(rows) and not bool(torch.isin(chosen[m], ends)) and len(following):
-                        fresh = gumbel_noise((reach - e, logits.shape[-1]), gen, device) if temperature > 0 else None
-                        choices = candidates(logits[m, e - s + following], feed[m], m, rows, (s, e))
-                        ahead_of[e] = (drafts_from(choices, following, reach - e, temperature, fresh), fresh)
+                temperature = config.temperature
+                drafted, feed, reach = verify_feed(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
             else:
-                # 2) a token and a score for every position of the block still to fill
-                block_logits = logits[0]
-                row_candidates = candidates(block_logits[rows], canvas, 0, rows, (s, e))
-                tokens, probs = choose_tokens(row_candidates, temperature, config.top_p, gen)
-                scores = score(probs, tokens, gen)
-
-                # 3) commit some of them; all of them, greedily, on the block's last allowed pass or
-                # once it is stable and confident
-                settled = False
-                if config.stop_entropy > 0:
-                    settled, before = stable_and_confident(
-                        block_logits, temperature, facts.mask_id, before, config.stop_entropy
-                    )
-                capped = config.max_block_steps is not None and step_in_block + 1 >= config.max_block_steps
-                if settled or capped:
-                    pick = torch.arange(len(rows), device=rows.device)
-                    tokens = row_candidates.argmax(dim=-1)
-                elif config.rule == "schedule":
-                    count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
-                    pick = commit_top(scores, count)
-                elif config.rule == "threshold":
-                    pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
-                else:
-                    pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
-                if config.hold_conflicts and not (settled or capped) and config.rule != "schedule":
-                    pick = hold_back(rows, tokens, pick, ends)
-            positions = rows[pick] + s
-            canvas[positions] = tokens[pick]
-            is_masked[positions] = False
-            step_in_block += 1
-
-            # 4) the answer ends at its first end (or pad) token: what follows is padding, as in training,
-            # so those positions need no passes and the loop stops once the rest is filled
+                temperature = linear_temperature(config.temperature, config.cooling, passes, horizon)
+                drafted, feed, reach = open_offsets[:0], canvas[None], e
+            # 3) forward: logits (R, reach-s, V) predicting positions [s, reach) of each row
+            logits, fed = forward(feed, block, reach, passes == 0, open_offsets, temperature)
+            forwards += 1
+            # 4) choose tokens and commit some: the verify rule's confirmed run, or a commit rule
+            if verify:
+                commit, drafts, next_drafts = verify_pass(
+                    logits, feed, drafted, is_open, block, reach, open_offsets, temperature, drafts, choosing
+                )
+                if next_drafts is not None:
+                    ahead[e] = next_drafts
+            else:
+                capped = config.max_block_steps is not None and passes + 1 >= config.max_block_steps
+                count = None if capped else plan[passes] if passes < len(plan) else len(open_offsets)
+                commit, stable = commit_rule_pass(
+                    logits[0], canvas, is_open, block, open_offsets, temperature, count, stable, choosing
+                )
+            positions = open_offsets[commit.picked] + s  # (k,)
+            canvas[positions] = commit.tokens[commit.picked]
+            is_open[positions] = False
+            passes += 1
+            # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
+            # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
-                hits = (torch.isin(canvas[start:], ends) & ~is_masked[start:]).nonzero()
-                if len(hits):
-                    rest = is_masked.clone()
-                    rest[: start + int(hits[0]) + 1] = False
-                    canvas[rest] = facts.pad_id
-                    is_masked[rest] = False
-            left = int(is_masked[start:].sum())
+                pad_after_end(canvas, is_open, start, ends, facts.pad_id)
+            left = int(is_open[start:].sum())
             yield Step(
                 canvas=canvas.to("cpu", copy=True),  # a snapshot: the loop keeps writing
                 committed=positions.cpu(),
-                scores=scores[pick].float().cpu(),
-                block=(s, e),
-                forward=forward,
+                scores=commit.scores[commit.picked].float().cpu(),
+                block=block,
+                forward=forwards,
                 input_tokens=fed,
                 masked=left,
                 done=left == 0,
-                renoised=len(rows) if renoiser is not None else 0,
+                renoised=len(open_offsets) if forward.renoises else 0,
                 rows=len(feed),
             )
 
