@@ -114,22 +114,26 @@ def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[i
 
 # ---------------------------------------------------------------------------------------------
 # Forward strategies: how a pass runs the model, chosen once per denoise() (choose_forward).
-# Each takes the rows fed (R, L) and returns the logits predicting positions [s, reach) of each
-# row, (R, reach-s, V), and how many tokens it fed the model.
+# Each takes a Pass and returns the logits predicting positions [s, reach) of each row fed,
+# (R, reach-s, V), and how many tokens it fed the model.
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward pass: the rows it feeds and where in the block it stands."""
+
+    rows: torch.Tensor  # (R, L) canvases side by side: the canvas, or the verify rule's drafts in place
+    block: tuple[int, int]  # [s, e), the block being decoded
+    reach: int  # logits are wanted for positions [s, reach): e, or the next block's end too (verify)
+    index: int  # passes this block had before this one
+    open_offsets: torch.Tensor  # (n,) block offsets of the positions still to fill, ascending
+    temperature: float
 
 
 class Forward(Protocol):
     renoises: bool  # positions still to fill go in as fresh random tokens (uniform-noise models)
 
-    def __call__(
-        self,
-        feed: torch.Tensor,
-        block: tuple[int, int],
-        reach: int,
-        first: bool,
-        open_offsets: torch.Tensor,
-        temperature: float,
-    ) -> tuple[torch.Tensor, int]: ...
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]: ...
 
 
 class FullCanvas:
@@ -140,18 +144,10 @@ class FullCanvas:
     def __init__(self, model: Denoiser) -> None:
         self.model = model
 
-    def __call__(
-        self,
-        feed: torch.Tensor,
-        block: tuple[int, int],
-        reach: int,
-        first: bool,
-        open_offsets: torch.Tensor,
-        temperature: float,
-    ) -> tuple[torch.Tensor, int]:
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
         shift = int(self.model.facts.shifted)  # a shifted model's row i-1 predicts position i
-        out = self.model(feed, None)  # (R, L, V)
-        return out[:, block[0] - shift : reach - shift], feed.numel()
+        out = self.model(now.rows, None)  # (R, L, V)
+        return out[:, now.block[0] - shift : now.reach - shift], now.rows.numel()
 
 
 class ExactCache:
@@ -164,26 +160,19 @@ class ExactCache:
         self.model, self.cache = model, cache
         self.carry: torch.Tensor | None = None  # (V,) logits row of position s-1 (shifted models)
 
-    def __call__(
-        self,
-        feed: torch.Tensor,
-        block: tuple[int, int],
-        reach: int,
-        first: bool,
-        open_offsets: torch.Tensor,
-        temperature: float,
-    ) -> tuple[torch.Tensor, int]:
-        s, facts = block[0], self.model.facts
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        s, reach, facts = now.block[0], now.reach, self.model.facts
         cached = self.cache.length
-        out = self.model(feed[:, cached:reach], self.cache)  # (R, reach-cached, V)
+        out = self.model(now.rows[:, cached:reach], self.cache)  # (R, reach-cached, V)
         self.cache.crop((s // facts.block) * facts.block if facts.block else s)  # keep finished blocks only
-        fed = (reach - cached) * len(feed)
+        fed = (reach - cached) * len(now.rows)
         if not facts.shifted:
             return out[:, s - cached : reach - cached], fed
-        if cached <= s - 1:  # position s-1 was fed now (it is cached afterwards): keep its row
+        if cached <= s - 1:  # position s-1 was fed now (and is cached from now on): keep its row
             self.carry = out[0, s - 1 - cached]  # the same in every row: it lies before the block
         assert self.carry is not None
-        return torch.cat([self.carry.expand(len(feed), 1, -1), out[:, s - cached : reach - cached - 1]], dim=1), fed
+        carried = self.carry.expand(len(now.rows), 1, -1)  # (R, 1, V)
+        return torch.cat([carried, out[:, s - cached : reach - cached - 1]], dim=1), fed
 
 
 class WindowCache:
@@ -196,24 +185,14 @@ class WindowCache:
     def __init__(self, model: WindowDenoiser, cache: Any, dual: bool) -> None:
         self.model, self.cache, self.dual = model, cache, dual
 
-    def __call__(
-        self,
-        feed: torch.Tensor,
-        block: tuple[int, int],
-        reach: int,
-        first: bool,
-        open_offsets: torch.Tensor,
-        temperature: float,
-    ) -> tuple[torch.Tensor, int]:
-        s, e = block
-        if not first:
-            # its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s)
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        (s, e), length = now.block, now.rows.shape[1]
+        if now.index > 0:  # the window's rows from s on predict s..e-1 (a shifted model's s-1 predicts s)
             lo, hi = self.cache.window
-            return self.model.window(feed[:, lo:hi], self.cache)[:, : e - s], hi - lo  # (1, e-s, V)
+            return self.model.window(now.rows[:, lo:hi], self.cache)[:, : e - s], hi - lo  # (1, e-s, V)
         shift = int(self.model.facts.shifted)
-        length = feed.shape[1]
-        out = self.model.refresh(feed, (s - shift, e if self.dual else length), self.cache)  # (1, L, V)
-        return out[:, s - shift : reach - shift], length
+        out = self.model.refresh(now.rows, (s - shift, e if self.dual else length), self.cache)  # (1, L, V)
+        return out[:, s - shift : now.reach - shift], now.rows.numel()
 
 
 class UniformNoise:
@@ -227,28 +206,18 @@ class UniformNoise:
         self.model, self.cache, self.gen = model, cache, gen
         self.previous: torch.Tensor | None = None  # (1, e-s, V) the block's last pass, scaled
 
-    def __call__(
-        self,
-        feed: torch.Tensor,
-        block: tuple[int, int],
-        reach: int,
-        first: bool,
-        open_offsets: torch.Tensor,
-        temperature: float,
-    ) -> tuple[torch.Tensor, int]:
-        s, e = block
-        facts = self.model.facts
-        if first:
-            self.previous = None
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        (s, e), facts = now.block, self.model.facts
         context = self.cache if self.cache is not None else self.model.new_cache()
         cached = context.length
         if cached < s:
-            self.model.extend(feed[:, cached:s], context)
-        noisy = feed[0, s:e].clone()  # (e-s,)
-        noise = uniform_noise(len(open_offsets), facts.vocab_size, facts.mask_id, self.gen)
-        noisy[open_offsets] = noise.to(noisy.device)
-        logits = self.model(noisy[None], context, previous=self.previous)  # (1, e-s, V)
-        self.previous = logits / temperature if temperature > 0 else logits
+            self.model.extend(now.rows[:, cached:s], context)
+        noisy = now.rows[0, s:e].clone()  # (e-s,)
+        noise = uniform_noise(len(now.open_offsets), facts.vocab_size, facts.mask_id, self.gen)
+        noisy[now.open_offsets] = noise.to(noisy.device)
+        previous = self.previous if now.index > 0 else None
+        logits = self.model(noisy[None], context, previous=previous)  # (1, e-s, V)
+        self.previous = logits / now.temperature if now.temperature > 0 else logits
         return logits, e - cached
 
 
@@ -270,7 +239,7 @@ def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator)
 
 
 # ---------------------------------------------------------------------------------------------
-# One pass's choices: the candidates, then the verify rule or a commit rule
+# One pass's choices: the candidates, then a commit rule or the verify rule
 
 
 @dataclass(frozen=True)
@@ -283,8 +252,8 @@ class Choosing:
     mask_id: int
     suppressed: torch.Tensor  # (k,) ids never written: the mask id and the banned ids
     ends: torch.Tensor  # (m,) ids that end the answer: EOS and padding
+    dtype: torch.dtype  # the canvas's (drafts are written into it)
     device: torch.device
-    dtype: torch.dtype  # the canvas's
 
 
 @dataclass(frozen=True)
@@ -294,15 +263,6 @@ class Commit:
     picked: torch.Tensor  # (k,) indices into the pass's open offsets, tokens and scores
     tokens: torch.Tensor  # (n,) a token per open offset considered
     scores: torch.Tensor  # (n,) their ordering scores (higher = more certain)
-
-
-@dataclass(frozen=True)
-class Drafts:
-    """The verify rule's guesses for a block: tokens (e-s,) for its positions still to fill (the
-    mask id where none) and its Gumbel noise (e-s, V), one draw per position for the whole block."""
-
-    tokens: torch.Tensor | None = None
-    noise: torch.Tensor | None = None
 
 
 def candidate_logits(
@@ -321,51 +281,58 @@ def candidate_logits(
     return penalize_repeats(logits, seen[~torch.isin(seen, choosing.ends)], penalty)
 
 
-def written(is_open: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """is_open (L,) with `positions` (k,) written: what a verify row that holds drafts there sees."""
-    row_open = is_open.clone()
-    row_open[positions] = False
-    return row_open
-
-
 def commit_rule_pass(
-    block_logits: torch.Tensor,
-    canvas: torch.Tensor,
+    logits: torch.Tensor,
+    now: Pass,
     is_open: torch.Tensor,
-    block: tuple[int, int],
-    open_offsets: torch.Tensor,
-    temperature: float,
-    count: int | None,
+    plan: list[int],
     stable: torch.Tensor | None,
     choosing: Choosing,
 ) -> tuple[Commit, torch.Tensor | None]:
-    """A token and a score for each of the block's open offsets (n,) from block_logits (e-s, V);
-    then the commit rule picks some: the `count` best (LLaDA's schedule), those above the
-    threshold (Fast-dLLM), those within the entropy bound (EB-sampler), or all of them, greedily,
-    on a block's last allowed pass (count None) or once its argmax is stable and confident
-    (DiffusionGemma; `stable` is the last pass's argmax (e-s,), returned updated)."""
-    config, gen = choosing.config, choosing.gen
-    candidates = candidate_logits(block_logits[open_offsets], canvas, is_open, block, choosing)  # (n, V)
-    tokens, probs = choose_tokens(candidates, temperature, config.top_p, gen)
+    """A token and a score for each open offset (n,) from the block's logits (1, e-s, V), then the
+    commit rule's pick: the plan's count of the best (LLaDA's schedule), those at least as probable
+    as the threshold (Fast-dLLM), those within the entropy bound (EB-sampler); or all of them,
+    greedily, on the block's last allowed pass or once its argmax is stable and confident
+    (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
+    config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
+    block_logits = logits[0]  # (e-s, V)
+    candidates = candidate_logits(block_logits[offsets], now.rows[0], is_open, now.block, choosing)  # (n, V)
+    tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
     scores = SCORES[config.ordering](probs, tokens, gen)
     settled = False
     if config.stop_entropy > 0:
-        settled, stable = stable_and_confident(block_logits, temperature, choosing.mask_id, stable, config.stop_entropy)
-    if settled or count is None:
-        every = torch.arange(len(open_offsets), device=open_offsets.device)
+        settled, stable = stable_and_confident(
+            block_logits, now.temperature, choosing.mask_id, stable, config.stop_entropy
+        )
+    if settled or (config.max_block_steps is not None and now.index + 1 >= config.max_block_steps):
+        every = torch.arange(len(offsets), device=offsets.device)
         return Commit(every, candidates.argmax(dim=-1), scores), stable
     if config.rule == "schedule":
+        count = plan[now.index] if now.index < len(plan) else len(offsets)
         return Commit(commit_top(scores, count), tokens, scores), stable
     if config.rule == "threshold":
         picked = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
     else:
         picked = commit_entropy_bound(entropy(probs), config.entropy_bound)
     if config.hold_conflicts:
-        picked = hold_back(open_offsets, tokens, picked, choosing.ends)
+        picked = hold_back(offsets, tokens, picked, choosing.ends)
     return Commit(picked, tokens, scores), stable
 
 
-def verify_feed(
+# ---------------------------------------------------------------------------------------------
+# The verify rule: draft, then check the drafts in one batched pass
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """The verify rule's guesses for a block: tokens (e-s,) for its positions still to fill (the
+    mask id where none) and its Gumbel noise (e-s, V), one draw per position for the whole block."""
+
+    tokens: torch.Tensor | None = None
+    noise: torch.Tensor | None = None
+
+
+def verify_rows(
     canvas: torch.Tensor,
     open_offsets: torch.Tensor,
     block: tuple[int, int],
@@ -373,20 +340,25 @@ def verify_feed(
     size: int,
     choosing: Choosing,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The verify rule's rows: the drafts (k,) it checks, for the open offsets but the last (row r
-    decides open offset r with the drafts before it in place; the last row's choice needs none),
-    the rows to feed (k+1, L), and where they are read up to: a pass that may finish the block
-    reads the next one too (still masked), to draft it."""
+    """The drafts (k,) a verify pass checks: for the open offsets but the last (row r decides open
+    offset r with the drafts before it in place; the last row's choice needs none); the rows to
+    feed (k+1, L); and where they are read up to: a pass that may finish the block reads the next
+    one too (still masked), to draft it."""
     s, e = block
-    if drafts.tokens is None:
-        drafted = open_offsets[:0]
-    else:
-        drafted = checked_drafts(
-            drafts.tokens[open_offsets[:-1]], choosing.config.draft, choosing.mask_id, choosing.ends
-        )
-    feed = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
+    drafted = open_offsets[:0]
+    if drafts.tokens is not None:
+        config = choosing.config
+        drafted = checked_drafts(drafts.tokens[open_offsets[:-1]], config.draft, choosing.mask_id, choosing.ends)
+    rows = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
     reach = min(e + size, len(canvas)) if len(drafted) == len(open_offsets) - 1 else e
-    return drafted, feed, reach
+    return drafted, rows, reach
+
+
+def written(is_open: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """is_open (L,) with `positions` (k,) written: what a verify row holding drafts there shows."""
+    row_open = is_open.clone()
+    row_open[positions] = False
+    return row_open
 
 
 def draft_tokens(
@@ -412,63 +384,55 @@ def draft_tokens(
 
 
 def verify_pass(
-    logits: torch.Tensor,
-    feed: torch.Tensor,
-    drafted: torch.Tensor,
-    is_open: torch.Tensor,
-    block: tuple[int, int],
-    reach: int,
-    open_offsets: torch.Tensor,
-    temperature: float,
-    drafts: Drafts,
-    choosing: Choosing,
+    logits: torch.Tensor, now: Pass, drafted: torch.Tensor, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
 ) -> tuple[Commit, Drafts, Drafts | None]:
-    """The verify rule (draft, then check in one batched pass). Row r of logits (k+1, reach-s, V)
-    was fed the first r drafts and chose the token at open offset r; the drafts that are what their
-    row chose stand, and so does the choice of the first row that disagrees (verified_run): exactly
-    what one pass per token, leftmost first, would write. Returns the commit, the block's drafts for
-    the next pass (what the row that saw every committed token chose for the rest), and the next
-    block's drafts if this pass finishes the block."""
+    """Row r of logits (k+1, reach-s, V) was fed the first r drafts (k,) and chose the token at
+    open offset r; the drafts that are what their row chose stand, and so does the choice of the
+    first row that disagrees (verified_run): what one pass per token, leftmost first, would write.
+    Returns the commit, the block's drafts for the next pass (what the row that saw every token
+    committed now chose for the rest), and the next block's if this pass finishes the block."""
     config, gen, ends = choosing.config, choosing.gen, choosing.ends
-    s, e = block
+    (s, e), offsets, temperature, rows = now.block, now.open_offsets, now.temperature, now.rows
     noise = drafts.noise
     if noise is None and temperature > 0:
-        noise = gumbel_noise((e - s, logits.shape[-1]), gen, choosing.device)
-    rows = len(feed)
-    firsts = torch.cat(
-        [
-            candidate_logits(
-                logits[r, open_offsets[r : r + 1]], feed[r], written(is_open, open_offsets[:r] + s), block, choosing
-            )
-            for r in range(rows)
-        ]
-    )  # (k+1, V)
+        noise = gumbel_noise((e - s, logits.shape[-1]), gen, rows.device)
+    firsts = [
+        candidate_logits(logits[r, offsets[r : r + 1]], rows[r], written(is_open, offsets[:r] + s), now.block, choosing)
+        for r in range(len(rows))
+    ]  # (1, V) each
     chosen, probs = choose_tokens(
-        firsts, temperature, config.top_p, gen, None if noise is None else noise[open_offsets[:rows]]
+        torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
     )
     confirmed = verified_run(chosen, drafted)
     ended = confirmed > 0 and bool(torch.isin(drafted[confirmed - 1], ends))  # an end confirmed: nothing after it
-    take = confirmed if ended else confirmed + 1
+    take = torch.arange(confirmed if ended else confirmed + 1, device=rows.device)
     tokens = torch.cat([drafted[:confirmed], chosen[confirmed : confirmed + 1]])
-    commit = Commit(torch.arange(take, device=choosing.device), tokens, chosen_probability(probs, chosen))
+    commit = Commit(take, tokens, chosen_probability(probs, chosen))
     if not config.draft:  # (--draft 0: no drafts to make)
         return commit, Drafts(drafts.tokens, noise), None
-    seen_by = written(is_open, open_offsets[:confirmed] + s)  # row `confirmed` saw every token committed now
-    later = open_offsets[confirmed + 1 :]
-    choices = candidate_logits(logits[confirmed, later], feed[confirmed], seen_by, block, choosing)
+    seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
+    later = offsets[confirmed + 1 :]
+    choices = candidate_logits(logits[confirmed, later], rows[confirmed], seen_by, now.block, choosing)
     following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
-    ahead = None
-    next_open = is_open[e:reach].nonzero()[:, 0]  # the next block's open offsets
-    if take == len(open_offsets) and not bool(torch.isin(chosen[confirmed], ends)) and len(next_open):
-        fresh = gumbel_noise((reach - e, logits.shape[-1]), gen, choosing.device) if temperature > 0 else None
-        choices = candidate_logits(logits[confirmed, e - s + next_open], feed[confirmed], seen_by, block, choosing)
-        ahead = Drafts(draft_tokens(choices, next_open, reach - e, temperature, fresh, choosing), fresh)
-    return commit, following, ahead
+    next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
+    if len(take) < len(offsets) or bool(torch.isin(chosen[confirmed], ends)) or not len(next_open):
+        return commit, following, None
+    fresh = gumbel_noise((now.reach - e, logits.shape[-1]), gen, rows.device) if temperature > 0 else None
+    choices = candidate_logits(logits[confirmed, e - s + next_open], rows[confirmed], seen_by, now.block, choosing)
+    return (
+        commit,
+        following,
+        Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
 
 
 def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int) -> None:
     """The answer ends at its first committed end (or pad) token: what follows is padding, as in
-    training, so the open positions after it are filled with the pad id in place (no passes)."""
+    training, so the positions still open after it are written with the pad id (no passes)."""
     hits = (torch.isin(canvas[start:], ends) & ~is_open[start:]).nonzero()
     if len(hits):
         rest = is_open.clone()
@@ -488,10 +452,6 @@ def check_arguments(
         raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
     if fill is not None and fill.shape != canvas.shape:
         raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The loop
 
 
 def denoise(
@@ -522,9 +482,9 @@ def denoise(
     canvas = canvas.clone().to(device)  # (L,)
     length = len(canvas)
     check_arguments(facts, config, canvas, start, fill)
-    gen = torch.Generator().manual_seed(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)  # every random draw, in a fixed order
     verify = config.rule == "verify"
-    forward = choose_forward(model, config, gen)  # decided once: exact cache, window cache, full canvas, uniform noise
+    forward = choose_forward(model, config, gen)  # exact cache, window cache, full canvas or uniform noise
     is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
     is_open[:start] = False  # the prompt is never filled
     canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
@@ -532,7 +492,7 @@ def denoise(
     # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
     suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)
-    choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, device, canvas.dtype)
+    choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, canvas.dtype, device)
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform"  # a block-causal model's own blocks
     forwards = 0
@@ -543,49 +503,45 @@ def denoise(
         if in_block == 0:
             continue
         # 1) the block's budget: its share of the fixed schedule's passes (LLaDA), and the passes
-        # the temperature schedule spans (DiffusionGemma)
+        # the temperature schedule spans (DiffusionGemma: T falls linearly over them)
         plan = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
         horizon = config.max_block_steps or in_block
         stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
         drafts = ahead.pop(s, Drafts())
-        passes = 0  # in this block
+        index = 0  # passes in this block
         while bool(is_open[s:e].any()):
             open_offsets = is_open[s:e].nonzero()[:, 0]  # (n,) block offsets of the positions to fill
-            # 2) the rows to feed: the canvas, or the verify rule's drafts in place (one temperature,
-            # so that its fewer passes sample what one pass per token samples)
+            # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place (one
+            # temperature, so that its fewer passes sample what one pass per token samples)
             if verify:
                 temperature = config.temperature
-                drafted, feed, reach = verify_feed(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
+                drafted, rows, reach = verify_rows(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
             else:
-                temperature = linear_temperature(config.temperature, config.cooling, passes, horizon)
-                drafted, feed, reach = open_offsets[:0], canvas[None], e
+                temperature = linear_temperature(config.temperature, config.cooling, index, horizon)
+                drafted, rows, reach = open_offsets[:0], canvas[None], e  # (1, L)
+            now = Pass(rows, block, reach, index, open_offsets, temperature)
             # 3) forward: logits (R, reach-s, V) predicting positions [s, reach) of each row
-            logits, fed = forward(feed, block, reach, passes == 0, open_offsets, temperature)
+            logits, fed = forward(now)
             forwards += 1
-            # 4) choose tokens and commit some: the verify rule's confirmed run, or a commit rule
+            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
             if verify:
-                commit, drafts, next_drafts = verify_pass(
-                    logits, feed, drafted, is_open, block, reach, open_offsets, temperature, drafts, choosing
-                )
+                commit, drafts, next_drafts = verify_pass(logits, now, drafted, is_open, drafts, choosing)
                 if next_drafts is not None:
                     ahead[e] = next_drafts
             else:
-                capped = config.max_block_steps is not None and passes + 1 >= config.max_block_steps
-                count = None if capped else plan[passes] if passes < len(plan) else len(open_offsets)
-                commit, stable = commit_rule_pass(
-                    logits[0], canvas, is_open, block, open_offsets, temperature, count, stable, choosing
-                )
+                commit, stable = commit_rule_pass(logits, now, is_open, plan, stable, choosing)
             positions = open_offsets[commit.picked] + s  # (k,)
             canvas[positions] = commit.tokens[commit.picked]
             is_open[positions] = False
-            passes += 1
+            index += 1
             # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
             # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
                 pad_after_end(canvas, is_open, start, ends, facts.pad_id)
             left = int(is_open[start:].sum())
+            # 6) a snapshot of the pass (the loop keeps writing the canvas)
             yield Step(
-                canvas=canvas.to("cpu", copy=True),  # a snapshot: the loop keeps writing
+                canvas=canvas.to("cpu", copy=True),
                 committed=positions.cpu(),
                 scores=commit.scores[commit.picked].float().cpu(),
                 block=block,
@@ -594,7 +550,7 @@ def denoise(
                 masked=left,
                 done=left == 0,
                 renoised=len(open_offsets) if forward.renoises else 0,
-                rows=len(feed),
+                rows=len(rows),
             )
 
 
