@@ -4,9 +4,11 @@ Pure tensor code: takes a denoiser (see dcode.models.base) and a canvas of token
 positions are still to fill (by default those holding the mask token), and fills them block by
 block. A masked-diffusion model sees those positions as masks; a uniform-noise model
 (DiffusionGemma) sees them as random tokens, re-noised before every pass, and may be fed the
-previous pass's logits. Which positions a pass writes, and with what, the pure functions of
-dcode.rules decide (fixed schedule, threshold, entropy bound, verified drafts). Knows nothing
-about tokenizers, tree-sitter, files or the terminal. The CLI, the live view, the repair pass,
+previous pass's logits. How a pass runs the model is a forward strategy chosen once, before the
+loop (exact block cache, Fast-dLLM's window cache, the full canvas, uniform noise); which
+positions it writes, and with what, commit_rule_pass or verify_pass decides with the pure
+functions of dcode.rules (logit filters, token choice; fixed schedule, threshold, entropy bound,
+verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI, the live view, the repair pass,
 the benchmarks and the tests all consume this generator; "just the result" is final(denoise(...)).
 """
 
@@ -128,6 +130,7 @@ class Pass:
     index: int  # passes this block had before this one
     open_offsets: torch.Tensor  # (n,) block offsets of the positions still to fill, ascending
     temperature: float
+    drafted: torch.Tensor  # (R-1,) the verify rule's drafts row r holds the first r of (else empty)
 
 
 class Forward(Protocol):
@@ -384,7 +387,7 @@ def draft_tokens(
 
 
 def verify_pass(
-    logits: torch.Tensor, now: Pass, drafted: torch.Tensor, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
+    logits: torch.Tensor, now: Pass, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
 ) -> tuple[Commit, Drafts, Drafts | None]:
     """Row r of logits (k+1, reach-s, V) was fed the first r drafts (k,) and chose the token at
     open offset r; the drafts that are what their row chose stand, and so does the choice of the
@@ -392,7 +395,7 @@ def verify_pass(
     Returns the commit, the block's drafts for the next pass (what the row that saw every token
     committed now chose for the rest), and the next block's if this pass finishes the block."""
     config, gen, ends = choosing.config, choosing.gen, choosing.ends
-    (s, e), offsets, temperature, rows = now.block, now.open_offsets, now.temperature, now.rows
+    (s, e), offsets, temperature, rows, drafted = now.block, now.open_offsets, now.temperature, now.rows, now.drafted
     noise = drafts.noise
     if noise is None and temperature > 0:
         noise = gumbel_noise((e - s, logits.shape[-1]), gen, rows.device)
@@ -502,8 +505,8 @@ def denoise(
         in_block = int(is_open[s:e].sum())
         if in_block == 0:
             continue
-        # 1) the block's budget: its share of the fixed schedule's passes (LLaDA), and the passes
-        # the temperature schedule spans (DiffusionGemma: T falls linearly over them)
+        # 1) the block's budget (blocks left to right: LLaDA's semi-autoregressive sampling): its share
+        # of the fixed schedule's passes, and the passes DiffusionGemma's falling temperature spans
         plan = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
         horizon = config.max_block_steps or in_block
         stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
@@ -518,14 +521,14 @@ def denoise(
                 drafted, rows, reach = verify_rows(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
             else:
                 temperature = linear_temperature(config.temperature, config.cooling, index, horizon)
-                drafted, rows, reach = open_offsets[:0], canvas[None], e  # (1, L)
-            now = Pass(rows, block, reach, index, open_offsets, temperature)
-            # 3) forward: logits (R, reach-s, V) predicting positions [s, reach) of each row
+                drafted, rows, reach = open_offsets[:0], canvas[None], e  # no drafts: the canvas alone, (1, L)
+            now = Pass(rows, block, reach, index, open_offsets, temperature, drafted)
+            # 3) forward, as the strategy chosen above runs it: logits (R, reach-s, V) for positions [s, reach)
             logits, fed = forward(now)
             forwards += 1
             # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
             if verify:
-                commit, drafts, next_drafts = verify_pass(logits, now, drafted, is_open, drafts, choosing)
+                commit, drafts, next_drafts = verify_pass(logits, now, is_open, drafts, choosing)
                 if next_drafts is not None:
                     ahead[e] = next_drafts
             else:
