@@ -8,8 +8,9 @@ previous pass's logits. How a pass runs the model is a forward strategy chosen o
 loop (exact block cache, Fast-dLLM's window cache, the full canvas, uniform noise); which
 positions it writes, and with what, commit_rule_pass or verify_pass decides with the pure
 functions of dcode.rules (logit filters, token choice; fixed schedule, threshold, entropy bound,
-verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI, the live view, the repair pass,
-the benchmarks and the tests all consume this generator; "just the result" is final(denoise(...)).
+verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI,
+the live view, the repair pass, the benchmarks and the tests all consume this generator; "just
+the result" is final(denoise(...)).
 """
 
 from __future__ import annotations
@@ -422,11 +423,8 @@ def verify_pass(
         return commit, following, None
     fresh = gumbel_noise((now.reach - e, logits.shape[-1]), gen, rows.device) if temperature > 0 else None
     choices = candidate_logits(logits[confirmed, e - s + next_open], rows[confirmed], seen_by, now.block, choosing)
-    return (
-        commit,
-        following,
-        Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh),
-    )
+    next_block = Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh)
+    return commit, following, next_block
 
 
 # ---------------------------------------------------------------------------------------------
