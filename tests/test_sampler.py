@@ -5,11 +5,13 @@ whose logits the tests recompute to check each pass's choices."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import FakeDenoiser
 
+from dcode import models
 from dcode.config import ORDERINGS, SamplerConfig
 from dcode.rules import (
     checked_drafts,
@@ -18,10 +20,22 @@ from dcode.rules import (
     hold_back,
     penalize_repeats,
     schedule_counts,
+    suppress_tokens,
     top_p_filter,
     verified_run,
 )
-from dcode.sampler import Step, block_spans, denoise, final, trim_answer
+from dcode.sampler import (
+    ExactCache,
+    FullCanvas,
+    Step,
+    UniformNoise,
+    WindowCache,
+    block_spans,
+    choose_forward,
+    denoise,
+    final,
+    trim_answer,
+)
 
 V, MASK, EOS, PAD = 50, 49, 1, 0
 START, ANSWER = 5, 16  # a prompt of 5 tokens: not a multiple of any block below
@@ -591,10 +605,20 @@ def test_repetition_penalty_is_checked() -> None:
 
 def test_penalize_repeats() -> None:
     logits = torch.tensor([[4.0, -1.0, 3.0], [1.0, 1.0, 1.0]])
-    out = penalize_repeats(logits.clone(), torch.tensor([0, 1, 0]), 2.0)
+    out = penalize_repeats(logits, torch.tensor([0, 1, 0]), 2.0)
     assert torch.equal(out, torch.tensor([[2.0, -2.0, 3.0], [0.5, 0.5, 1.0]]))
+    assert torch.equal(logits, torch.tensor([[4.0, -1.0, 3.0], [1.0, 1.0, 1.0]]))  # a filter never writes its input
     assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([], dtype=torch.long), 2.0), logits)
     assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([0]), 1.0), logits)
+
+
+def test_suppress_tokens() -> None:
+    logits = torch.tensor([[2.0, 5.0, 3.0], [1.0, -1.0, 0.0]])
+    out = suppress_tokens(logits, torch.tensor([1, 2, 1]))
+    inf = float("-inf")
+    assert torch.equal(out, torch.tensor([[2.0, inf, inf], [1.0, inf, inf]]))
+    assert torch.isfinite(logits).all()  # the input is left as it was
+    assert torch.equal(suppress_tokens(logits, torch.tensor([], dtype=torch.long)), logits)
 
 
 def test_schedule_counts() -> None:
@@ -650,3 +674,31 @@ def test_a_banned_token_is_never_written(layout: str) -> None:
     common = max(set(plain.canvas[START:].tolist()), key=plain.canvas[START:].tolist().count)
     banned = final(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
     assert banned.done and common not in banned.canvas[START:].tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The forward strategy, chosen once per run
+
+
+def strategy(model, **settings: object) -> type:
+    return type(choose_forward(model, SamplerConfig(**settings), torch.Generator()))  # type: ignore[arg-type]
+
+
+def test_the_forward_strategy_follows_the_model_and_the_settings(
+    tiny_checkpoint: Path, tiny_full_checkpoint: Path
+) -> None:
+    """An exact cache where attention makes one (block-causal); Fast-dLLM's window cache on full
+    attention unless it is off, the cache is off or the verify rule feeds several rows; a model
+    with no cache at all (the fake) runs the whole canvas; a uniform-noise model is re-noised."""
+    block_causal, full = models.load(str(tiny_checkpoint)), models.load(str(tiny_full_checkpoint))
+    assert strategy(block_causal) is ExactCache and strategy(block_causal, rule="verify") is ExactCache
+    assert strategy(block_causal, cache=False) is FullCanvas
+    assert strategy(full) is WindowCache and strategy(full, approx_cache="prefix") is WindowCache
+    prefix = choose_forward(full, SamplerConfig(approx_cache="prefix"), torch.Generator())
+    assert isinstance(prefix, WindowCache) and not prefix.dual
+    for settings in ({"approx_cache": "off"}, {"cache": False}, {"rule": "verify"}):
+        assert strategy(full, **settings) is FullCanvas, settings
+    fake = make_fake("one-block")
+    assert strategy(fake) is FullCanvas
+    fake.facts = replace(fake.facts, noise="uniform")
+    assert strategy(fake) is UniformNoise and strategy(fake, cache=False) is UniformNoise
