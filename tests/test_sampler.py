@@ -13,6 +13,8 @@ from conftest import FakeDenoiser
 
 from dcode import models
 from dcode.config import ORDERINGS, SamplerConfig
+from dcode.events import drain
+from dcode.forward import ExactCache, FullCanvas, UniformNoise, WindowCache, choose_forward
 from dcode.rules import (
     checked_drafts,
     commit_entropy_bound,
@@ -24,18 +26,7 @@ from dcode.rules import (
     top_p_filter,
     verified_run,
 )
-from dcode.sampler import (
-    ExactCache,
-    FullCanvas,
-    Step,
-    UniformNoise,
-    WindowCache,
-    block_spans,
-    choose_forward,
-    denoise,
-    final,
-    trim_answer,
-)
+from dcode.sampler import Step, block_spans, denoise, trim_answer
 
 V, MASK, EOS, PAD = 50, 49, 1, 0
 START, ANSWER = 5, 16  # a prompt of 5 tokens: not a multiple of any block below
@@ -337,7 +328,7 @@ def test_fixed_schedule_matches_reference_loop(shifted, fake_block, start, block
     canvas = answer_canvas(start, start + 16)
     fake = FakeDenoiser(vocab_size=V, mask_id=MASK, shifted=shifted, block=fake_block, seed=4)
     config = SamplerConfig(rule="schedule", steps=steps, block=block, ordering="confidence", stop_at_eos=False)
-    got = final(denoise(fake, canvas, start, config))
+    got = drain(denoise(fake, canvas, start, config))
     reference = FakeDenoiser(vocab_size=V, mask_id=MASK, shifted=shifted, block=fake_block, seed=4)
     want = reference_fixed_schedule(reference, canvas, start, block, steps)
     assert torch.equal(got.canvas, want)
@@ -448,7 +439,7 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
         config = SamplerConfig(
             rule="verify", draft=draft, draft_floor=floor, temperature=0.9, seed=seed, block=LAYOUTS[layout][1]
         )
-        return final(denoise(model, answer_canvas(), START, config)).canvas
+        return drain(denoise(model, answer_canvas(), START, config)).canvas
 
     assert torch.equal(sample(15, 1), sample(0, 1))
     assert not torch.equal(sample(15, 1), sample(15, 2))
@@ -457,7 +448,7 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
 def verify_answer(layout: str, seed: int, canvas: torch.Tensor, fill: torch.Tensor, **settings) -> torch.Tensor:
     model = make_fake(layout, seed=seed, scale=3.0)  # sure enough of its choices that drafts stand
     config = SamplerConfig(rule="verify", draft_floor=0.0, seed=seed, block=LAYOUTS[layout][1], **settings)
-    return final(denoise(model, canvas, START, config, fill=fill)).canvas
+    return drain(denoise(model, canvas, START, config, fill=fill)).canvas
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -550,13 +541,13 @@ def test_masks_in_the_middle_of_an_answer_are_filled_in_place() -> None:
 
 def test_nothing_masked_means_no_pass() -> None:
     model = make_fake("one-block")
-    assert final(denoise(model, torch.arange(10), 3, SamplerConfig())) is None
+    assert drain(denoise(model, torch.arange(10), 3, SamplerConfig())) is None
     assert model.forwards == 0
 
 
 def test_shifted_logits_need_a_prompt_token() -> None:
     with pytest.raises(ValueError, match="at least one prompt token"):
-        final(denoise(make_fake("block-causal-4-shifted"), answer_canvas(), 0, SamplerConfig()))
+        drain(denoise(make_fake("block-causal-4-shifted"), answer_canvas(), 0, SamplerConfig()))
 
 
 def test_steps_are_snapshots_when_collected() -> None:
@@ -570,7 +561,7 @@ def test_mask_token_is_never_committed() -> None:
     """A model that favours the mask token somewhere (a random-weight one does) must not leave a
     mask in a canvas the sampler calls done."""
     model = FakeDenoiser(vocab_size=V, mask_id=MASK, suppress=frozenset(), force={7: MASK})
-    last = final(denoise(model, answer_canvas(), START, SamplerConfig()))
+    last = drain(denoise(model, answer_canvas(), START, SamplerConfig()))
     assert last.done
     assert not (last.canvas == MASK).any()
 
@@ -583,7 +574,7 @@ def test_a_huge_repetition_penalty_writes_no_token_twice(layout: str) -> None:
 
     def answer(penalty: float) -> list[int]:
         config = SamplerConfig(rule="schedule", repetition_penalty=penalty, stop_at_eos=False)
-        last = final(denoise(make_fake(layout), answer_canvas(), START, config))
+        last = drain(denoise(make_fake(layout), answer_canvas(), START, config))
         return [t for t in last.canvas[START:].tolist() if t not in (EOS, PAD)]
 
     plain = answer(1.0)
@@ -670,9 +661,9 @@ def test_trim_answer() -> None:
 @pytest.mark.parametrize("layout", ["one-block", "block-causal-4-shifted"])
 def test_a_banned_token_is_never_written(layout: str) -> None:
     config = SamplerConfig(stop_at_eos=False)
-    plain = final(denoise(make_fake(layout), answer_canvas(), START, config))
+    plain = drain(denoise(make_fake(layout), answer_canvas(), START, config))
     common = max(set(plain.canvas[START:].tolist()), key=plain.canvas[START:].tolist().count)
-    banned = final(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
+    banned = drain(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
     assert banned.done and common not in banned.canvas[START:].tolist()
 
 
