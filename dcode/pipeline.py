@@ -22,6 +22,7 @@ from dcode.linediff import newline_of
 from dcode.models.base import Denoiser
 from dcode.repair import repair
 from dcode.sampler import denoise, trim_answer
+from dcode.spans import fit_region
 from dcode.syntax import normalize_language
 from dcode.window import Window, choose, narrower
 
@@ -149,23 +150,6 @@ def edit_budget(region_tokens: int) -> int:
     """Masks for a region of n tokens: n plus max(16, 50%) of room, so an edit may add lines.
     Example: edit_budget(10) -> 26; edit_budget(100) -> 150."""
     return region_tokens + max(16, -(-region_tokens // 2))
-
-
-def fit_region(text: str, old: str, newline: str | None = None) -> str:
-    """The decoded region as whole lines in the file's line-ending style (`newline`, else the old
-    region's): trailing blank lines and spaces dropped, leading blank lines too (unless the old
-    region began with one), and a line ending after the last line unless the old region ended
-    the file without one. Blank text stays blank: the edit deleted the region.
-    Example: fit_region("\\n  x = 1\\n\\n", "  x = 0\\r\\n") -> "  x = 1\\r\\n"."""
-    import re
-
-    newline = newline or ("\r\n" if "\r\n" in old else "\n")
-    body = text.replace("\r\n", "\n").rstrip()
-    if old.split("\n", 1)[0].strip() or not old:
-        body = re.sub(r"\A(?:[ \t]*\n)+", "", body)
-    if not body:
-        return ""
-    return body.replace("\n", newline) + (newline if old.endswith("\n") or not old else "")
 
 
 def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:

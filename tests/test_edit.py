@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import dcode
-from dcode import pipeline
+from dcode import pipeline, spans
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import (
@@ -485,11 +485,11 @@ def test_an_end_token_in_the_region_does_not_end_the_file(tokenizer, monkeypatch
 
 
 def test_fit_region_makes_whole_lines() -> None:
-    assert pipeline.fit_region("\n  x = 1  \n\n", "  x = 0\r\n") == "  x = 1\r\n"
-    assert pipeline.fit_region("x = 1\n", "x = 0") == "x = 1"  # the old region ended the file unterminated
-    assert pipeline.fit_region("\ny = 1\n", "\nx = 0\n") == "\ny = 1\n"  # it began with a blank line too
-    assert pipeline.fit_region(" \n\n", "x = 0\n") == ""
-    assert pipeline.fit_region("x = 1", "") == "x = 1\n"
+    assert spans.fit_region("\n  x = 1  \n\n", "  x = 0\r\n") == "  x = 1\r\n"
+    assert spans.fit_region("x = 1\n", "x = 0") == "x = 1"  # the old region ended the file unterminated
+    assert spans.fit_region("\ny = 1\n", "\nx = 0\n") == "\ny = 1\n"  # it began with a blank line too
+    assert spans.fit_region(" \n\n", "x = 0\n") == ""
+    assert spans.fit_region("x = 1", "") == "x = 1\n"
 
 
 def test_a_language_dcode_cannot_check_is_edited_unchecked(tokenizer) -> None:

@@ -2,8 +2,8 @@
 view's frames), then a final record (Generated, Changed, Fixed) whose `code` is the answer.
 
 Owns: what a served model is asked for each command, the repair loop over fills (the span rules of
-dcode.remote.spans, judged by dcode.fixes like a local repair), and the records' metadata in the
-keys `--json` prints locally. Every byte outside a rewritten span is the input's (spans.splice).
+dcode.spans, judged by dcode.fixes like a local repair), and the records' metadata in the
+keys `--json` prints locally. Every byte outside a rewritten span is the input's (dcode.spans.splice).
 Knows nothing about argv, the environment or the terminal.
 """
 
@@ -12,17 +12,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from dcode.fixes import confined, deleted, narrowest, progress, resembles
-from dcode.remote import fill, spans
+from dcode.fixes import judge
+from dcode.remote import fill
 from dcode.remote.client import Endpoint
 from dcode.remote.fill import Sampling
 from dcode.remote.streams import Answer, Mode, Update, pieces
 from dcode.render import Frame
+from dcode.spans import Origin, fit_line_span, fit_region, merge, widen
 from dcode.syntax import Issue, UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
 
-Origin = Literal["draft", "edit", "file"]  # who wrote the text a repair mends (see dcode.repair.Origin)
 RETRY_TEMPERATURE = 0.8  # a round's later tries sample: a greedy fill of the same span repeats itself
 
 
@@ -226,7 +226,7 @@ def mend(
         data = best.encode()
         root = Parser(grammar).parse(data).root_node
         hint = compile_issue(best, data) if normalize_language(language) == "python" else None
-        where = spans.merge([spans.widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
+        where = merge([widen(data, root, issue, number, hint, origin == "draft")[:2] for issue in best_issues])
         rounds_run += 1
         for attempt in range(1, tries + 1):
             # 2) fill each span; a later try samples with its own seed
@@ -245,24 +245,12 @@ def mend(
                 budget = replace(run, max_tokens=fill_budget(data[span[0] : span[1]].decode(), 16))
                 for event in filled(endpoint, clock, data, span, language, budget, name=name):
                     if isinstance(event, Answer):
-                        texts.append(spans.fit_line_span(event.text, data[span[1] :]))
+                        texts.append(fit_line_span(event.text, data[span[1] :]))
                         tokens, chunks = tokens + event.tokens, chunks + event.chunks
                     else:
                         yield event
             # 3) splice, check, judge as a local repair does
-            candidate = spans.splice(data, where, texts)
-            found = find_issues(candidate, language)
-            erased = any(
-                deleted(data[a:b].decode(), t, names=origin != "draft") for (a, b), t in zip(where, texts, strict=True)
-            )
-            kept = not erased and len(found) < len(best_issues)
-            if kept:
-                candidate, found, _ = narrowest(best, candidate, language, found)
-                kept = origin != "file" or (
-                    confined(best, candidate, spans.blamed_lines(data, best_issues, hint))
-                    and progress(best, best_issues, candidate, found)
-                    and resembles(best, candidate)
-                )
+            candidate, found, kept, _ = judge(best, best_issues, where, texts, language, origin, hint)
             if kept:
                 best, best_issues = candidate, found
                 break
@@ -347,7 +335,7 @@ def edit(
         else:
             yield event
     assert answer is not None
-    text = spans.fit_region(answer.text, old)
+    text = fit_region(answer.text, old)
     code = data[:a].decode() + text + after
     new_region = (a, a + len(text.encode()))
     original, found = check(source, language, region), check(code, language, new_region)
