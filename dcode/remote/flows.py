@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dcode.events import rates, regions
 from dcode.fixes import judge
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
@@ -62,10 +63,7 @@ def counts(answer: Answer) -> dict[str, object]:
     return {
         "prompt_tokens": answer.prompt_tokens,
         "tokens": answer.tokens,
-        "forward_passes": answer.chunks,
-        "tokens_per_forward": round(answer.tokens / answer.chunks, 3) if answer.chunks else 0.0,
-        "seconds": round(answer.seconds, 3),
-        "tokens_per_second": round(answer.tokens / answer.seconds, 1) if answer.seconds else 0.0,
+        **rates(answer.tokens, answer.chunks, answer.seconds),
         "stream": answer.kind,
         "first_frame_seconds": None if answer.first_frame is None else round(answer.first_frame, 3),
     }
@@ -112,8 +110,7 @@ class Changed:
 
     def metadata(self) -> dict[str, object]:
         out: dict[str, object] = {
-            "region": {"start_byte": self.region[0], "end_byte": self.region[1]},
-            "new_region": {"start_byte": self.new_region[0], "end_byte": self.new_region[1]},
+            **regions(self.region, self.new_region),
             **counts(self.answer),
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
