@@ -17,8 +17,8 @@ from dcode.cli.common import (
     app,
     fail,
     interrupted,
-    output_target,
     read_checkable,
+    result_target,
     run_model,
     sampler_config,
     view_mode,
@@ -133,7 +133,7 @@ def repair_command(
     source, language = read_checkable(file, lang)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    target, to_stdout = repair_target(file, output, force, diff)
+    target, to_stdout = (None, False) if diff else result_target(file, output, force)
     config = sampler_config(chosen)
 
     # 2) repair, with the live view showing the whole file
@@ -169,24 +169,6 @@ def repair_command(
             err=True,
         )
     raise typer.Exit(SYNTAX if done.issues_after else OK)
-
-
-def repair_target(file: Path, output: str | None, force: bool, diff: bool) -> tuple[Path | None, bool]:
-    """Where a repair goes: (another file, False), (None, True) for `-o -`, or (None, False) for
-    FILE in place (also when -o names FILE itself), which must then be writable."""
-    from dcode.files import FileProblem, check_writable, same_file
-
-    if diff:
-        return None, False
-    if output == "-":
-        return None, True
-    if output is not None and not same_file(Path(output), file):
-        return output_target(output, force), False
-    try:
-        check_writable(file, True)
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    return None, False
 
 
 def write_repaired(path: Path, code: str) -> None:

@@ -18,9 +18,9 @@ from dcode.cli.common import (
     fail,
     interrupted,
     option_named,
-    output_target,
     read_checkable,
     read_prompt,
+    result_target,
     run_model,
     sampler_config,
     summary_line,
@@ -83,7 +83,7 @@ def edit_command(
         fail("--lines and --symbol cannot be used together", USAGE)
     writes = not (diff or dry_run)
     source, language = read_checkable(file, lang)
-    target, to_stdout = edit_target(file, output, force, writes)
+    target, to_stdout = result_target(file, output, force) if writes else (None, False)
     region = pick_region(source, language, lines, symbol, file)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
     config = sampler_config(chosen)
@@ -132,25 +132,6 @@ def edit_command(
         sys.stdout.write(plan.patch)
         sys.stdout.flush()
     report_edit(plan, backup, old_span, denoiser.facts.name, dry_run, quiet)
-
-
-def edit_target(file: Path, output: str | None, force: bool, writes: bool) -> tuple[Path | None, bool]:
-    """Where the edit goes: (another file, False), (None, True) for `-o -` (stdout), or (None,
-    False) for FILE in place, which must take a backup and a new file. `-o FILE` naming FILE
-    itself (or a link to it) is an in-place edit, with the same backup and the same guard."""
-    from dcode.files import FileProblem, check_writable, same_file
-
-    if not writes:
-        return None, False
-    if output == "-":
-        return None, True
-    if output is not None and not same_file(Path(output), file):
-        return output_target(output, force), False
-    try:
-        check_writable(file, True)  # its folder must take the backup and the new file
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    return None, False
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:
