@@ -39,12 +39,12 @@ from dcode.syntax import (
 # A round's later tries sample at this temperature (its first try uses the configured sampler,
 # greedy by default): the same masks refilled greedily would only give the same text again. They
 # may not write the tokens the checker blamed either (culprits()).
-# Measured (benchmarks/repair.py): 0.8 suited session 5's dcode-tiny; the certainty-forced weights
-# of session 6 are so sure of their own text that 0.8 refills much of it unchanged (76% -> 92%
-# valid, +88% time) where 1.2 gives 76% -> 100% at +51%.
+# Measured (benchmarks/repair.py): certainty-forced dcode-tiny weights are so sure of their own
+# text that 0.8 refills much of it unchanged (76% -> 92% valid, +88% time) where 1.2 gives
+# 76% -> 100% at +51%.
 RETRY_TEMPERATURE = 1.2
 # ...except left to right (the verify rule), where every position of the span is sampled in turn
-# and 1.2 derails it. Measured (benchmarks/repair.py --seeds 8, the round-3 weights): 76% -> 96.5%
+# and 1.2 derails it. Measured (benchmarks/repair.py --seeds 8, distilled dcode-tiny weights): 76% -> 96.5%
 # valid at +236% time at 1.2, 76% -> 100% at +70% at 0.8.
 LEFT_TO_RIGHT_RETRY_TEMPERATURE = 0.8
 
@@ -322,8 +322,8 @@ def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]]
     """Ids of the tokens at the points the checker blames (an issue's line and column), leaving out
     whitespace. A round's later tries may not write them: confident weights otherwise sample the
     same wrong token again at any temperature, as the threshold rule commits only what they are
-    sure of (measured, benchmarks/repair.py over 8 seeds: drafts of 200 left broken by session 7's
-    second distillation round 6 -> 3, by session 6's weights 5 -> 0).
+    sure of (measured, benchmarks/repair.py over 8 seeds: drafts of 200 left broken went 6 -> 3
+    and 5 -> 0 with two distilled dcode-tiny weights).
     Example: "class 2D(object):" blamed at column 7 ('2') -> the id of the token holding "2"."""
     found: set[int] = set()
     for issue in issues:

@@ -517,7 +517,7 @@ def test_crlf_files_keep_their_line_endings(tokenizer) -> None:
 
 
 def test_a_broken_edit_is_repaired_inside_the_region(tokenizer) -> None:
-    # Pass 1 (the draft) leaves `return a +`; pass 2 (repair round 1) fills the re-masked line.
+    # Pass 1 (the draft) leaves `return a +`; pass 2 (the first repair round) fills the re-masked line.
     model = ScriptedDenoiser(tokenizer, "def add(a, b):\n    return a +", "    return a + b")
     region = find_symbol(SOURCE, "python", "add")
     events = run_edit(model, SOURCE, region)
