@@ -367,3 +367,36 @@ def test_the_environment_scanner_finds_reads() -> None:
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not in_cli(m) and not m.startswith("dcode.train")))
 def test_only_the_cli_reads_argv_or_the_environment(module: str) -> None:
     assert environment_reads(MODULES[module].read_text(encoding="utf-8")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Size: a function a reader can hold in their head
+
+LONGEST_FUNCTION = 100  # lines, from `def` to the last line of its body
+# Functions still over the limit while they are being split (dcode.sampler's loop): remove an
+# entry once its function fits.
+TOO_LONG_FOR_NOW = {"dcode.sampler.denoise"}
+
+
+def long_functions(source: str, module: str, limit: int = LONGEST_FUNCTION) -> dict[str, int]:
+    """'module.function' -> lines, for every function (nested ones and methods too) over `limit`."""
+    return {
+        f"{module}.{node.name}": node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > limit
+    }
+
+
+def test_the_length_scan_counts_lines() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(3))
+    assert long_functions(f"def f():\n{body}", "m", limit=3) == {"m.f": 4}
+    assert long_functions(f"def f():\n{body}", "m", limit=4) == {}
+
+
+def test_no_function_in_the_package_is_over_a_hundred_lines() -> None:
+    found: dict[str, int] = {}
+    for module, path in MODULES.items():
+        found |= long_functions(path.read_text(encoding="utf-8"), module)
+    assert {name: lines for name, lines in found.items() if name not in TOO_LONG_FOR_NOW} == {}
