@@ -10,9 +10,9 @@ Knows nothing about argv, the environment or the terminal.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from dcode.events import rates, regions
 from dcode.fixes import judge
@@ -24,6 +24,7 @@ from dcode.render import Frame
 from dcode.spans import Origin, fit_line_span, fit_region, merge, widen
 from dcode.syntax import Issue, UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
 
+R = TypeVar("R")
 RETRY_TEMPERATURE = 0.8  # a round's later tries sample: a greedy fill of the same span repeats itself
 
 
@@ -162,6 +163,19 @@ class Clock:
         )
 
 
+def result_of(events: Iterable[Update | R], kind: type[R]) -> Generator[Update, None, R]:
+    """Pass a stream's Updates on and return its record of `kind` (a fill's Answer, a repair's Fixed).
+    Example: answer = yield from result_of(filled(...), Answer)."""
+    found: R | None = None
+    for event in events:
+        if isinstance(event, kind):
+            found = event
+        elif isinstance(event, Update):
+            yield event
+    assert found is not None
+    return found
+
+
 def filled(
     endpoint: Endpoint, clock: Clock, data: bytes, span: tuple[int, int], language: str, sampling: Sampling, **ask: str
 ) -> Iterator[Update | Answer]:
@@ -240,12 +254,9 @@ def mend(
             texts = []
             for span in where:
                 budget = replace(run, max_tokens=fill_budget(data[span[0] : span[1]].decode(), 16))
-                for event in filled(endpoint, clock, data, span, language, budget, name=name):
-                    if isinstance(event, Answer):
-                        texts.append(fit_line_span(event.text, data[span[1] :]))
-                        tokens, chunks = tokens + event.tokens, chunks + event.chunks
-                    else:
-                        yield event
+                answer = yield from result_of(filled(endpoint, clock, data, span, language, budget, name=name), Answer)
+                texts.append(fit_line_span(answer.text, data[span[1] :]))
+                tokens, chunks = tokens + answer.tokens, chunks + answer.chunks
             # 3) splice, check, judge as a local repair does
             candidate, found, kept, _ = judge(best, best_issues, where, texts, language, origin, hint)
             if kept:
@@ -279,22 +290,16 @@ def new(
     (unless a dcode server already repaired it, as its metadata says). `settings`: sampler
     options for a dcode server (its `dcode` request field)."""
     clock = Clock()
-    answer: Answer | None = None
-    for event in fill.new(endpoint, request, language, sampling, mode, rounds > 0, settings or {}):
-        if isinstance(event, Answer):
-            answer = event
-        else:
-            yield event
-    assert answer is not None
+    answer = yield from result_of(
+        fill.new(endpoint, request, language, sampling, mode, rounds > 0, settings or {}), Answer
+    )
     code = answer.text if answer.kind == "dcode" or language == "markdown" else fill.unfence(answer.text)
     fixed = None
     if rounds > 0 and not isinstance(answer.metadata.get("repair"), dict):
         clock.forward, clock.filled = answer.chunks, len(pieces(code))
-        for step in mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock):
-            if isinstance(step, Fixed):
-                fixed = step
-            else:
-                yield step
+        fixed = yield from result_of(
+            mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock), Fixed
+        )
     yield Generated(fixed.code if fixed is not None else code, code, answer, fixed)
 
 
@@ -325,25 +330,17 @@ def edit(
     data = source.encode()
     a, b = region
     old, after = data[a:b].decode(), data[b:].decode()
-    answer: Answer | None = None
-    for event in filled(endpoint, clock, data, region, language, sampling, instruction=instruction, name=name):
-        if isinstance(event, Answer):
-            answer = event
-        else:
-            yield event
-    assert answer is not None
+    ask = {"instruction": instruction, "name": name}
+    answer = yield from result_of(filled(endpoint, clock, data, region, language, sampling, **ask), Answer)
     text = fit_region(answer.text, old)
     code = data[:a].decode() + text + after
     new_region = (a, a + len(text.encode()))
     original, found = check(source, language, region), check(code, language, new_region)
     fixed, used = None, False
     if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for step in mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock):
-            if isinstance(step, Fixed):
-                fixed = step
-            else:
-                yield step
-        assert fixed is not None
+        fixed = yield from result_of(
+            mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock), Fixed
+        )
         fixed_data, suffix = fixed.code.encode(), after.encode()
         intact = fixed_data[:a] == data[:a] and fixed_data.endswith(suffix) and len(fixed_data) - len(suffix) >= a
         if fixed.code != code and intact:
