@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import typer
 from conftest import ScriptedDenoiser
-from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import dcode
@@ -39,7 +38,6 @@ from dcode.edit import (
     write_in_place,
 )
 from dcode.events import Started, Step
-from dcode.models import EMBEDDED
 from dcode.syntax import find_issues
 
 PAD, EOS, MASK = 0, 1, 2  # dcode-tiny's special tokens
@@ -70,11 +68,6 @@ class Stack:
 ADD = "def add(a, b):\n    return a - b\n"  # lines 9-10
 SUM = "def add(a, b):\n    return a + b"
 SUM3 = "def add(a, b, c=0):\n    total = a + b\n    return total + c"  # 24 tokens: fits 14 + 16 masks
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(EMBEDDED)
 
 
 def run_edit(model, source: str, region: tuple[int, int], instruction: str = "fix add", **kwargs) -> list:
@@ -631,23 +624,6 @@ class TestCommand:
         monkeypatch.chdir(tmp_path)
         (tmp_path / "app.py").write_bytes(SOURCE.encode())
         return tmp_path
-
-    @pytest.fixture
-    def scripted(self, tokenizer, monkeypatch: pytest.MonkeyPatch):
-        """Make the command load a ScriptedDenoiser: call it with the scripts (and options)."""
-        from dcode.cli import common as cli  # where run_model finds load_model
-
-        made: list[ScriptedDenoiser] = []
-
-        def use(*scripts, **options) -> list[ScriptedDenoiser]:
-            def load_model(spec, device):
-                made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
-                return made[-1]
-
-            monkeypatch.setattr(cli, "load_model", load_model)
-            return made
-
-        return use
 
     @staticmethod
     def edit(args: list[str], input: str | bytes | None = None, env: dict[str, str] | None = None):

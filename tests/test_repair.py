@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ScriptedDenoiser, benchmark_module
-from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
@@ -40,11 +39,6 @@ NESTED = (
     "class Box:\n    def area(self):\n        total = 0\n        if self.w:\n"
     "            return self.w * (\n        return total\n\n    def name(self):\n        return 'box'\n"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
 
 
 def run(
