@@ -18,6 +18,8 @@ from dcode.cli.common import (
     fail,
 )
 
+# What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
+# Never pickles (*.bin, *.pt) and never the checkpoint's own Python code, which dcode does not run.
 PULL_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
 
 
