@@ -1,6 +1,7 @@
-"""Where an edit's result goes and what `dcode edit` says about it, for a local model and through
-an endpoint alike: a diff, the file in place (after a backup), another file or stdout, never a
-broken version of a file that parsed; the `--json` report, the lines on stderr and the exit code.
+"""Where the result of `dcode edit` or `dcode repair` goes and what the command says about it, for
+a local model and through an endpoint alike: a diff, the file in place (an edit after a backup),
+another file or stdout, never a broken version of a file that parsed; the `--json` report, the
+lines on stderr and the exit code.
 """
 
 from __future__ import annotations
@@ -14,7 +15,21 @@ from typing import Protocol
 
 import typer
 
-from dcode.cli.common import RUNTIME, SYNTAX, fail, interrupted, summary_line
+from dcode.cli.common import OK, RUNTIME, SYNTAX, fail, interrupted, summary_line
+
+
+class RepairResult(Protocol):
+    """What delivery reads of a repair (dcode.events.Repaired, dcode.remote.flows.Fixed)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def issues_before(self) -> int: ...
+    @property
+    def issues_after(self) -> int: ...
+    @property
+    def rounds(self) -> int: ...
+    def metadata(self) -> dict[str, object]: ...
 
 
 class EditResult(Protocol):
@@ -145,3 +160,49 @@ def finish_edit(
         sys.stdout.write(plan.patch)
         sys.stdout.flush()
     report_edit(plan, backup, old_span, model, say["dry_run"], say["quiet"])
+
+
+def finish_repair(
+    source: str,
+    done: RepairResult,
+    file: Path,
+    target: Path | None,
+    to_stdout: bool,
+    keys: Mapping[str, object],
+    **say: bool,
+) -> None:
+    """Deliver a repair: a diff (--diff), stdout (-o -), or the file or -o FILE (only if it got
+    better); its --json report (`keys`: the model keys of a served repair) or its line on stderr;
+    exit 3 when issues remain. `say`: diff, as_json, quiet."""
+    from dcode.edit import unified_diff
+
+    changed = done.code != source
+    if say["diff"]:
+        sys.stdout.write(unified_diff(source, done.code, file))
+        sys.stdout.flush()
+    elif to_stdout:
+        sys.stdout.write(done.code)
+        sys.stdout.flush()
+    elif changed:
+        write_repaired(target or file, done.code)
+    if say["as_json"]:
+        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **keys, **done.metadata()}))
+    elif not say["quiet"]:
+        typer.echo(
+            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
+            + ("" if changed or say["diff"] or to_stdout else ", file unchanged"),
+            err=True,
+        )
+    raise typer.Exit(SYNTAX if done.issues_after else OK)
+
+
+def write_repaired(path: Path, code: str) -> None:
+    """Replace path atomically; a failure is one line (exit 1), Ctrl-C or SIGTERM leave no temp file."""
+    from dcode.files import atomic_write
+
+    try:
+        atomic_write(path, code)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}", RUNTIME)
+    except KeyboardInterrupt as error:
+        interrupted(error)

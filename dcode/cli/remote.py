@@ -189,15 +189,14 @@ def run_new(ctx: typer.Context) -> None:
 def run_repair(ctx: typer.Context) -> None:
     """`dcode repair --endpoint`: each broken span filled through the endpoint; bytes outside kept."""
     params = ctx.params
-    from dcode.edit import unified_diff
-    from dcode.files import atomic_write
+    from dcode.cli.delivery import finish_repair
     from dcode.remote import flows
 
     file: Path = params["file"]
     source, language = read_checkable(file, params["lang"])
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    target = None if params["diff"] else output_target(params["output"], params["force"])
+    target, to_stdout = (None, False) if params["diff"] else result_target(file, params["output"], params["force"])
     endpoint = connect(params)
     ask = sampling(params, 64)  # max_tokens is set per span, from its size (flows.fill_budget)
     done = run(
@@ -209,24 +208,9 @@ def run_repair(ctx: typer.Context) -> None:
         language,
     )
     assert isinstance(done, flows.Fixed)
-    changed = done.code != source
-    if params["diff"]:
-        sys.stdout.write(unified_diff(source, done.code, file))
-    elif changed:
-        try:
-            atomic_write(target or file, done.code)
-        except OSError as error:
-            fail(f"cannot write {target or file}: {error.strerror}", RUNTIME)
-    if params["as_json"]:
-        report = {"path": str(target or file), "changed": changed, "model": endpoint.model, "endpoint": endpoint.shown}
-        typer.echo(json.dumps({**report, **done.metadata()}))
-    elif not params["quiet"]:
-        typer.echo(
-            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
-            + ("" if changed or params["diff"] else ", file unchanged"),
-            err=True,
-        )
-    raise typer.Exit(SYNTAX if done.issues_after else 0)
+    keys = {"model": endpoint.model, "endpoint": endpoint.shown}
+    say = {"diff": params["diff"], "as_json": params["as_json"], "quiet": params["quiet"]}
+    finish_repair(source, done, file, target, to_stdout, keys, **say)
 
 
 def run_edit(ctx: typer.Context) -> None:
