@@ -16,20 +16,7 @@ from typing import Protocol
 import typer
 
 from dcode.cli.common import OK, RUNTIME, SYNTAX, fail, interrupted, summary_line
-
-
-class RepairResult(Protocol):
-    """What delivery reads of a repair (dcode.events.Repaired, dcode.remote.flows.Fixed)."""
-
-    @property
-    def code(self) -> str: ...
-    @property
-    def issues_before(self) -> int: ...
-    @property
-    def issues_after(self) -> int: ...
-    @property
-    def rounds(self) -> int: ...
-    def metadata(self) -> dict[str, object]: ...
+from dcode.events import Repaired
 
 
 class EditResult(Protocol):
@@ -164,7 +151,7 @@ def finish_edit(
 
 def finish_repair(
     source: str,
-    done: RepairResult,
+    done: Repaired,
     file: Path,
     target: Path | None,
     to_stdout: bool,

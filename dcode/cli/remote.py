@@ -190,6 +190,7 @@ def run_repair(ctx: typer.Context) -> None:
     """`dcode repair --endpoint`: each broken span filled through the endpoint; bytes outside kept."""
     params = ctx.params
     from dcode.cli.delivery import finish_repair
+    from dcode.events import Repaired
     from dcode.remote import flows
 
     file: Path = params["file"]
@@ -207,7 +208,7 @@ def run_repair(ctx: typer.Context) -> None:
         ),
         language,
     )
-    assert isinstance(done, flows.Fixed)
+    assert isinstance(done, Repaired)
     keys = {"model": endpoint.model, "endpoint": endpoint.shown}
     say = {"diff": params["diff"], "as_json": params["as_json"], "quiet": params["quiet"]}
     finish_repair(source, done, file, target, to_stdout, keys, **say)

@@ -1,5 +1,5 @@
 """dcode new, edit and repair through an endpoint, each as one stream of events: Updates (the live
-view's frames), then a final record (Generated, Changed, Fixed) whose `code` is the answer.
+view's frames), then a final record (Generated, Changed, Repaired) whose `code` is the answer.
 
 Owns: what a served model is asked for each command, the repair loop over fills (the span rules of
 dcode.spans, judged by dcode.fixes like a local repair), and the records' metadata in the
@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from dcode.events import rates, regions
+from dcode.events import Repaired, rates, regions
 from dcode.fixes import judge
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
@@ -22,41 +22,10 @@ from dcode.remote.fill import Sampling
 from dcode.remote.streams import Answer, Mode, Update, pieces
 from dcode.render import Frame
 from dcode.spans import Origin, fit_line_span, fit_region, merge, widen
-from dcode.syntax import Issue, UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
+from dcode.syntax import UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
 
 R = TypeVar("R")
 RETRY_TEMPERATURE = 0.8  # a round's later tries sample: a greedy fill of the same span repeats itself
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """What a repair through the endpoint did (the fields of dcode.repair.Repaired)."""
-
-    code: str
-    issues_before: int
-    issues_after: int
-    issues: tuple[Issue, ...]
-    rounds: int = 0
-    attempts: int = 0
-    spans: int = 0
-    tokens: int = 0  # completion tokens of the fills
-    chunks: int = 0  # streamed chunks of the fills: the "passes" of a remote repair
-    seconds: float = 0.0
-    note: str = ""
-
-    def metadata(self) -> dict[str, object]:
-        return {
-            "issues_before": self.issues_before,
-            "issues_after": self.issues_after,
-            "rounds": self.rounds,
-            "attempts": self.attempts,
-            "spans": self.spans,
-            "tokens_regenerated": self.tokens,
-            "extra_forward_passes": self.chunks,
-            "extra_seconds": round(self.seconds, 3),
-            "issues": [f"{i.line}:{i.column}: {i.message}" for i in self.issues],
-            **({"note": self.note} if self.note else {}),
-        }
 
 
 def counts(answer: Answer) -> dict[str, object]:
@@ -77,7 +46,7 @@ class Generated:
     code: str
     draft: str  # the answer as served, before a client-side repair
     answer: Answer
-    fixed: Fixed | None = None
+    fixed: Repaired | None = None
 
     @property
     def syntax_errors(self) -> int | None:
@@ -102,7 +71,7 @@ class Changed:
     answer: Answer
     original_errors: int | None
     errors_after: int | None
-    fixed: Fixed | None = None
+    fixed: Repaired | None = None
     fixed_used: bool = False
 
     @property
@@ -164,7 +133,7 @@ class Clock:
 
 
 def result_of(events: Iterable[Update | R], kind: type[R]) -> Generator[Update, None, R]:
-    """Pass a stream's Updates on and return its record of `kind` (a fill's Answer, a repair's Fixed).
+    """Pass a stream's Updates on and return its record of `kind` (a fill's Answer, a repair's Repaired).
     Example: answer = yield from result_of(filled(...), Answer)."""
     found: R | None = None
     for event in events:
@@ -213,7 +182,7 @@ def mend(
     origin: Origin = "file",
     name: str = "the file",
     clock: Clock | None = None,
-) -> Iterator[Update | Fixed]:
+) -> Iterator[Update | Repaired]:
     """dcode.repair.repair with fills from the endpoint instead of the sampler: each round widens
     the spans around the issues, fills each span (tries until one is kept), splices, checks, and
     keeps a result only if it has fewer issues (for a user's file: only its blamed lines changed,
@@ -226,7 +195,7 @@ def mend(
         issues = find_issues(code, language)
         grammar = language_of(normalize_language(language))
     except (UnknownLanguage, ImportError) as error:
-        yield Fixed(code, 0, 0, (), note=f"not checked: {error}")
+        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, 0, 0.0, note=f"not checked: {error}")
         return
     best, best_issues = code, issues
     rounds_run = attempts = regenerated = tokens = chunks = 0
@@ -262,7 +231,7 @@ def mend(
             if kept:
                 best, best_issues = candidate, found
                 break
-    yield Fixed(
+    yield Repaired(  # forward: the fills' streamed chunks, the passes of a remote repair
         best,
         len(issues),
         len(best_issues),
@@ -298,7 +267,7 @@ def new(
     if rounds > 0 and not isinstance(answer.metadata.get("repair"), dict):
         clock.forward, clock.filled = answer.chunks, len(pieces(code))
         fixed = yield from result_of(
-            mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock), Fixed
+            mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock), Repaired
         )
     yield Generated(fixed.code if fixed is not None else code, code, answer, fixed)
 
@@ -339,7 +308,7 @@ def edit(
     fixed, used = None, False
     if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
         fixed = yield from result_of(
-            mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock), Fixed
+            mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock), Repaired
         )
         fixed_data, suffix = fixed.code.encode(), after.encode()
         intact = fixed_data[:a] == data[:a] and fixed_data.endswith(suffix) and len(fixed_data) - len(suffix) >= a
