@@ -65,7 +65,12 @@ def answer_text(model: Denoiser, canvas: torch.Tensor, start: int) -> tuple[str,
 
 
 def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
-    limit = model.facts.max_length
+    """InputError unless `length` masks fit beside the prompt in the model's context."""
+    check_room(prompt_tokens, length, model.facts.max_length)
+
+
+def check_room(prompt_tokens: int, length: int, limit: int) -> None:
+    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens."""
     if length < 1:
         raise InputError("--length must be at least 1 token")
     if prompt_tokens + length > limit:
@@ -181,13 +186,7 @@ def region_budget(prompt: int, region: int, length: int | None, limit: int, wher
     """Masks for a region of `region` tokens: --length, else edit_budget() cut to what fits beside
     the prompt; InputError (naming the model's context) when the region itself cannot fit."""
     if length is not None:
-        if length < 1:
-            raise InputError("--length must be at least 1 token")
-        if prompt + length > limit:
-            raise InputError(
-                f"--length {length} plus the {prompt}-token prompt exceeds the model's context of {limit} tokens "
-                f"(at most {max(0, limit - prompt)} fit)"
-            )
+        check_room(prompt, length, limit)
         return length
     budget = min(edit_budget(region), limit - prompt)  # less room rather than no edit
     if budget < max(1, region):
