@@ -24,9 +24,29 @@ if TYPE_CHECKING:
     from dcode.syntax import Issue
 
 
+def rates(tokens: int, forward: int, seconds: float) -> dict[str, object]:
+    """The speed keys of a result's `--json` (local or through an endpoint, where a pass is a chunk).
+    Example: rates(64, 16, 2.0) -> {"forward_passes": 16, "tokens_per_forward": 4.0, "seconds": 2.0,
+    "tokens_per_second": 32.0}."""
+    return {
+        "forward_passes": forward,
+        "tokens_per_forward": round(tokens / forward, 3) if forward else 0.0,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / seconds, 1) if seconds else 0.0,
+    }
+
+
+def regions(region: tuple[int, int], new_region: tuple[int, int]) -> dict[str, object]:
+    """The byte spans of an edit's `--json`: the region rewritten and its replacement."""
+    return {
+        "region": {"start_byte": region[0], "end_byte": region[1]},
+        "new_region": {"start_byte": new_region[0], "end_byte": new_region[1]},
+    }
+
+
 @dataclass(frozen=True)
 class Started:
-    """A sampler run begins on a canvas: the draft (repair_round 0) or one try of a repair round.
+    """A sampler run begins on a canvas: the draft (repair_round=0) or one try of a repair round.
 
     Canvas positions from span[0] to span[1] are what the user sees (the answer; for edit and
     repair the whole file), so a view never tokenises the prompt to find where the answer starts."""
@@ -143,10 +163,7 @@ class Finished:
             "prompt_tokens": self.prompt_tokens,
             "tokens": self.tokens,
             "canvas": self.canvas,
-            "forward_passes": self.forward,
-            "tokens_per_forward": round(self.tokens_per_forward, 3),
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
+            **rates(self.tokens, self.forward, self.seconds),
         }
         if self.repair is not None:
             out["repair"] = self.repair.metadata()
@@ -185,17 +202,13 @@ class Edited:
     def metadata(self) -> dict[str, object]:
         """What `dcode edit --json` prints besides the diff and the paths."""
         out: dict[str, object] = {
-            "region": {"start_byte": self.region[0], "end_byte": self.region[1]},
-            "new_region": {"start_byte": self.new_region[0], "end_byte": self.new_region[1]},
+            **regions(self.region, self.new_region),
             "prompt_tokens": self.prompt_tokens,
             "context_tokens": self.context_tokens,
             "region_tokens": self.region_tokens,
             "tokens": self.tokens,
             "canvas": self.canvas,
-            "forward_passes": self.forward,
-            "tokens_per_forward": round(self.tokens_per_forward, 3),
-            "seconds": round(self.seconds, 3),
-            "tokens_per_second": round(self.tokens / self.seconds, 1) if self.seconds else 0.0,
+            **rates(self.tokens, self.forward, self.seconds),
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
         }

@@ -1,8 +1,8 @@
 """Judging a repair's fill: did it delete code, did it change lines the issues do not blame, and
 which of its changed lines the fix did not need.
 
-Pure text plus dcode.syntax's checker: the repair pass calls these on each candidate. Knows
-nothing about tokens, models or files.
+Pure text plus dcode.syntax's checker and dcode.spans' splice: the repair pass (local, and through
+an endpoint) calls judge() on each candidate. Knows nothing about tokens, models or files.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 from difflib import SequenceMatcher
 
 from dcode.linediff import hunks
+from dcode.spans import Origin, blamed_lines, splice
 from dcode.syntax import Issue, find_issues
 
 # Names a span defines (Python, JavaScript, Rust, Go, C-like, ...): a repair keeps them.
@@ -91,3 +92,34 @@ def progress(old: str, old_issues: Sequence[Issue], new: str, new_issues: Sequen
     indent" under it.
     Example: progress("a(\nb(\n", [two issues], "a()\nb(\n", [b's issue as before]) -> True."""
     return len(new_issues) < len(old_issues) and complaints(new, new_issues) <= complaints(old, old_issues)
+
+
+def judge(
+    best: str,
+    best_issues: list[Issue],
+    spans: Sequence[tuple[int, int]],
+    texts: Sequence[str],
+    language: str,
+    origin: Origin,
+    hint: Issue | None,
+) -> tuple[str, list[Issue], bool, int]:
+    """A try's result: the text with each byte span replaced by its fill, its issues, whether it is
+    kept and how many lines were put back. Kept: it deletes no code, has fewer issues than the best
+    so far and, in a user's file, changes only the blamed lines, each still mostly itself, breaking
+    no line that was fine."""
+    data = best.encode()
+    candidate = splice(data, spans, texts)
+    found = find_issues(candidate, language)
+    erased = any(
+        deleted(data[a:b].decode(), t, names=origin != "draft") for (a, b), t in zip(spans, texts, strict=True)
+    )
+    kept = not erased and len(found) < len(best_issues)
+    restored = 0
+    if kept:
+        candidate, found, restored = narrowest(best, candidate, language, found)
+        kept = origin != "file" or (
+            confined(best, candidate, blamed_lines(data, best_issues, hint))
+            and progress(best, best_issues, candidate, found)
+            and resembles(best, candidate)
+        )
+    return candidate, found, kept, restored

@@ -22,6 +22,7 @@ from dcode.linediff import newline_of
 from dcode.models.base import Denoiser
 from dcode.repair import repair
 from dcode.sampler import denoise, trim_answer
+from dcode.spans import fit_region
 from dcode.syntax import normalize_language
 from dcode.window import Window, choose, narrower
 
@@ -64,7 +65,12 @@ def answer_text(model: Denoiser, canvas: torch.Tensor, start: int) -> tuple[str,
 
 
 def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
-    limit = model.facts.max_length
+    """InputError unless `length` masks fit beside the prompt in the model's context."""
+    check_room(prompt_tokens, length, model.facts.max_length)
+
+
+def check_room(prompt_tokens: int, length: int, limit: int) -> None:
+    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens."""
     if length < 1:
         raise InputError("--length must be at least 1 token")
     if prompt_tokens + length > limit:
@@ -151,23 +157,6 @@ def edit_budget(region_tokens: int) -> int:
     return region_tokens + max(16, -(-region_tokens // 2))
 
 
-def fit_region(text: str, old: str, newline: str | None = None) -> str:
-    """The decoded region as whole lines in the file's line-ending style (`newline`, else the old
-    region's): trailing blank lines and spaces dropped, leading blank lines too (unless the old
-    region began with one), and a line ending after the last line unless the old region ended
-    the file without one. Blank text stays blank: the edit deleted the region.
-    Example: fit_region("\\n  x = 1\\n\\n", "  x = 0\\r\\n") -> "  x = 1\\r\\n"."""
-    import re
-
-    newline = newline or ("\r\n" if "\r\n" in old else "\n")
-    body = text.replace("\r\n", "\n").rstrip()
-    if old.split("\n", 1)[0].strip() or not old:
-        body = re.sub(r"\A(?:[ \t]*\n)+", "", body)
-    if not body:
-        return ""
-    return body.replace("\n", newline) + (newline if old.endswith("\n") or not old else "")
-
-
 def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:
     """(syntax issues in code, whether one touches the byte span), or None for a language dcode
     cannot check."""
@@ -197,13 +186,7 @@ def region_budget(prompt: int, region: int, length: int | None, limit: int, wher
     """Masks for a region of `region` tokens: --length, else edit_budget() cut to what fits beside
     the prompt; InputError (naming the model's context) when the region itself cannot fit."""
     if length is not None:
-        if length < 1:
-            raise InputError("--length must be at least 1 token")
-        if prompt + length > limit:
-            raise InputError(
-                f"--length {length} plus the {prompt}-token prompt exceeds the model's context of {limit} tokens "
-                f"(at most {max(0, limit - prompt)} fit)"
-            )
+        check_room(prompt, length, limit)
         return length
     budget = min(edit_budget(region), limit - prompt)  # less room rather than no edit
     if budget < max(1, region):

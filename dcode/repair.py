@@ -1,12 +1,11 @@
 """The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
 
-Owns: mapping tokens to byte spans of the text, widening an issue's span per round (its focus
-line, the enclosing statement and the line before, the enclosing block, or for a draft the rest of
-it), building the re-masked canvas, trying a round again with sampled seeds, and splicing the
-regenerated spans back into the text. Checking is dcode.syntax's job, judging a fill (deleted code,
-unblamed lines, lines the fix did not need) dcode.fixes', and sampling dcode.sampler's; this module
-only decides which positions to re-mask and consumes denoise(). Knows nothing about prompt
-templates, files or the terminal."""
+Owns: mapping tokens to byte spans of the text, snapping each round's spans to tokens, building
+the re-masked canvas and trying a round again with sampled seeds. Which bytes a round re-masks
+and how new text is spliced back is dcode.spans' job, checking dcode.syntax's, judging a fill
+(deleted code, unblamed lines, lines the fix did not need) dcode.fixes', and sampling
+dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
+Knows nothing about prompt templates, files or the terminal."""
 
 from __future__ import annotations
 
@@ -15,19 +14,18 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import torch
 
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Repaired, RepairRound, Span, Started, Step
-from dcode.fixes import confined, deleted, narrowest, progress, resembles
+from dcode.fixes import judge
 from dcode.linediff import newline_of
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import denoise
+from dcode.spans import Origin, widen
 from dcode.syntax import (
-    BLOCK_TYPES,
-    STATEMENT_TYPES,
     Issue,
     UnknownLanguage,
     compile_issue,
@@ -38,33 +36,17 @@ from dcode.syntax import (
     normalize_language,
 )
 
-if TYPE_CHECKING:
-    from tree_sitter import Node
-
-
-# Definitions of functions and types: round 2 never widens to one (a whole function re-masked is
-# a rewrite, not a repair); round 3's block is the most it gets.
-DEFINITIONS = re.compile(r"(function|class|method|struct|impl|trait|interface|enum|module)")
-# Rounds 2 and 3 on -> (node types they widen to, lines of context added when no such node encloses the span).
-_ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
 # A round's later tries sample at this temperature (its first try uses the configured sampler,
 # greedy by default): the same masks refilled greedily would only give the same text again. They
 # may not write the tokens the checker blamed either (culprits()).
-# Measured (benchmarks/repair.py): 0.8 suited session 5's dcode-tiny; the certainty-forced weights
-# of session 6 are so sure of their own text that 0.8 refills much of it unchanged (76% -> 92%
-# valid, +88% time) where 1.2 gives 76% -> 100% at +51%.
+# Measured (benchmarks/repair.py): certainty-forced dcode-tiny weights are so sure of their own
+# text that 0.8 refills much of it unchanged (76% -> 92% valid, +88% time) where 1.2 gives
+# 76% -> 100% at +51%.
 RETRY_TEMPERATURE = 1.2
 # ...except left to right (the verify rule), where every position of the span is sampled in turn
-# and 1.2 derails it. Measured (benchmarks/repair.py --seeds 8, the round-3 weights): 76% -> 96.5%
+# and 1.2 derails it. Measured (benchmarks/repair.py --seeds 8, distilled dcode-tiny weights): 76% -> 96.5%
 # valid at +236% time at 1.2, 76% -> 100% at +70% at 0.8.
 LEFT_TO_RIGHT_RETRY_TEMPERATURE = 0.8
-
-
-# Who wrote the text being repaired. "draft": the model, the whole answer (dcode new): a fix may
-# redraft it from the broken statement on and rename what it defines. "edit": the model, a region
-# of a user's file. "file": the user (dcode repair): a fix may change only the blamed lines (see
-# blamed_lines; lines may be inserted), a partial fix must not add an issue, and greedy refills come first.
-Origin = Literal["draft", "edit", "file"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,91 +89,7 @@ def tokens_for_span(offsets: Sequence[tuple[int, int]], start_byte: int, end_byt
 
 
 # ---------------------------------------------------------------------------------------------
-# Widening, narrowest first: round 1 the issue's focus line, round 2 the enclosing statement and
-# the line before it, round 3 the enclosing block. A fix found in an early round leaves every
-# other line as it was.
-
-
-def covering_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
-    """The lines holding [start, end), without the last line's ending (unlike dcode.edit.whole_lines)."""
-    return line_span(data, start)[0], line_span(data, max(start, end - 1))[1]
-
-
-def with_context(data: bytes, span: tuple[int, int], lines: int, after: bool = True) -> tuple[int, int]:
-    """span plus `lines` whole lines before it (and after it, unless after=False)."""
-    start, end = span
-    for _ in range(lines):
-        start = line_span(data, start - 1)[0] if start > 0 else 0
-        nl = data.find(b"\n", end)
-        if after:
-            end = line_span(data, nl + 1)[1] if nl >= 0 else len(data)
-    return start, end
-
-
-def enclosing(
-    node: Node | None, kinds: re.Pattern[str], data: bytes, span: tuple[int, int], stop: re.Pattern[str] | None = None
-) -> Node | None:
-    """The smallest node from `node` up (the file itself excluded) of a type matching kinds whose
-    lines strictly contain span; None past a node whose type matches `stop`."""
-    while node is not None and node.parent is not None:
-        if stop is not None and stop.search(node.type):
-            return None
-        lines = covering_lines(data, node.start_byte, node.end_byte)
-        if kinds.search(node.type) and lines[0] <= span[0] and lines[1] >= span[1] and lines != span:
-            return node
-        node = node.parent
-    return None
-
-
-def focus_line(data: bytes, issue: Issue, hint: Issue | None) -> tuple[int, int]:
-    """The one line round 1 re-masks: the line compile() blames (`hint`, Python) when it lies in
-    the issue's span, else the issue's own line. A tree-sitter ERROR can cover a whole function;
-    the broken line inside it is usually one."""
-    if hint is not None:
-        first, last = covering_lines(data, issue.start_byte, issue.end_byte)
-        if first <= hint.start_byte <= last:
-            return line_span(data, hint.start_byte)
-    return line_span(data, line_start(data, issue.line))
-
-
-def blamed_lines(data: bytes, issues: Sequence[Issue], hint: Issue | None) -> set[int]:
-    """The 0-based lines a fix in a user's file may change: the line compile() blames where Python
-    has one (the grammar's other errors follow from it), else every issue's focus line."""
-    if hint is not None:
-        return {data.count(b"\n", 0, hint.start_byte)}
-    return {data.count(b"\n", 0, focus_line(data, issue, None)[0]) for issue in issues}
-
-
-def widen(
-    data: bytes, root: Node, issue: Issue, round: int, hint: Issue | None = None, draft: bool = False
-) -> tuple[int, int, str]:
-    """Byte span to re-mask for issue in this round (1, 2, 3...) and why. Round 1: the focus line;
-    round 2: the statement enclosing it (never a whole function or type definition) and the line
-    before; round 3 on: the enclosing block, or for a draft (text the model wrote, left to right)
-    everything from round 2's span to the end. Where no statement/block encloses the
-    span, a line or two of context stand in. Spans stop before the last line's ending, so the
-    line breaks around them are kept as they are."""
-    span = focus_line(data, issue, hint)
-    scope = "its line"
-    anchor = root.descendant_for_byte_range(*span)
-    for step in range(2, round + 1):
-        if draft and step >= 3:
-            # What a draft wrote after a broken line was conditioned on it: redraft the rest.
-            span, scope = (span[0], len(data)), "to the end of the draft"
-            break
-        kinds, context = _ROUNDS[min(step, 3) - 2]
-        found = enclosing(anchor, kinds, data, span, DEFINITIONS if step == 2 else None)
-        if found is not None:
-            anchor, scope = found, f"enclosing {found.type}"
-            span = covering_lines(data, found.start_byte, found.end_byte)
-            if step == 2:  # a broken line often shows as an error on the next one
-                span = (with_context(data, span, 1, after=False)[0], span[1])
-                scope += " and the line before"
-        else:
-            span, scope = with_context(data, span, context), f"{context} line(s) of context"
-    first, last = (data.count(b"\n", 0, i) + 1 for i in (span[0], max(span[0], span[1] - 1)))
-    where = f"line {first}" if first == last else f"lines {first}-{last}"
-    return span[0], span[1], f"{issue.message} (line {issue.line}): {where}, {scope}"
+# Spans (widened by dcode.spans) -> tokens
 
 
 def snap(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str]]) -> list[Span]:
@@ -212,7 +110,7 @@ def snap(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str
 
 
 # ---------------------------------------------------------------------------------------------
-# Canvas and splice
+# Canvas
 
 
 def room(tokens: int) -> int:
@@ -237,16 +135,6 @@ def remasked_canvas(
         kept = end
     answer += ids[kept:]
     return torch.tensor([*prompt_ids, *answer], dtype=torch.long), regions
-
-
-def splice(data: bytes, spans: Sequence[Span], texts: Sequence[str]) -> str:
-    """data with each span's bytes replaced by its new text; every other byte copied as is."""
-    out, at = [], 0
-    for span, text in zip(spans, texts, strict=True):
-        out += [data[at : span.start_byte], text.encode()]
-        at = span.end_byte
-    out.append(data[at:])
-    return b"".join(out).decode()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +278,8 @@ def repair(
             texts = [in_line_endings(t, newline_of(best)) for t in texts]
 
             # 3) splice the new spans into the old text, check again, put back lines the fix did not need
-            candidate, found, kept, restored = judge(best, best_issues, spans, texts, language, origin, hint)
+            where = [(s.start_byte, s.end_byte) for s in spans]
+            candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
             history.append(
                 RepairRound(
                     round=number,
@@ -424,37 +313,6 @@ def repair(
     )
 
 
-def judge(
-    best: str,
-    best_issues: list[Issue],
-    spans: Sequence[Span],
-    texts: Sequence[str],
-    language: str,
-    origin: Origin,
-    hint: Issue | None,
-) -> tuple[str, list[Issue], bool, int]:
-    """A try's result: the spliced text, its issues, whether it is kept and how many lines were put
-    back. Kept: it deletes no code, has fewer issues than the best so far and, in a user's file,
-    changes only the blamed lines, each still mostly itself, breaking no line that was fine."""
-    data = best.encode()
-    candidate = splice(data, spans, texts)
-    found = find_issues(candidate, language)
-    erased = any(
-        deleted(data[s.start_byte : s.end_byte].decode(), t, names=origin != "draft")
-        for s, t in zip(spans, texts, strict=True)
-    )
-    kept = not erased and len(found) < len(best_issues)
-    restored = 0
-    if kept:
-        candidate, found, restored = narrowest(best, candidate, language, found)
-        kept = origin != "file" or (
-            confined(best, candidate, blamed_lines(data, best_issues, hint))
-            and progress(best, best_issues, candidate, found)
-            and resembles(best, candidate)
-        )
-    return candidate, found, kept, restored
-
-
 def in_line_endings(text: str, newline: str) -> str:
     """text with its bare line feeds as `newline` (a fill in a CRLF file gets CRLF lines)."""
     return text if newline == "\n" else re.sub(r"(?<!\r)\n", newline, text)
@@ -464,8 +322,8 @@ def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]]
     """Ids of the tokens at the points the checker blames (an issue's line and column), leaving out
     whitespace. A round's later tries may not write them: confident weights otherwise sample the
     same wrong token again at any temperature, as the threshold rule commits only what they are
-    sure of (measured, benchmarks/repair.py over 8 seeds: drafts of 200 left broken by session 7's
-    second distillation round 6 -> 3, by session 6's weights 5 -> 0).
+    sure of (measured, benchmarks/repair.py over 8 seeds: drafts of 200 left broken went 6 -> 3
+    and 5 -> 0 with two distilled dcode-tiny weights).
     Example: "class 2D(object):" blamed at column 7 ('2') -> the id of the token holding "2"."""
     found: set[int] = set()
     for issue in issues:

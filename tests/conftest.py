@@ -279,3 +279,32 @@ class ScriptedDenoiser:
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded dcode-tiny's tokenizer, as the real loader reads it."""
+    from transformers import AutoTokenizer
+
+    from dcode.models import EMBEDDED
+
+    return AutoTokenizer.from_pretrained(EMBEDDED)
+
+
+@pytest.fixture
+def scripted(tokenizer, monkeypatch: pytest.MonkeyPatch):
+    """Make the commands load a ScriptedDenoiser: call it with the scripts (and options); it
+    returns the list of the denoisers the commands made."""
+    from dcode.cli import common as cli  # where run_model finds load_model
+
+    made: list[ScriptedDenoiser] = []
+
+    def use(*scripts, **options) -> list[ScriptedDenoiser]:
+        def load_model(spec, device):
+            made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
+            return made[-1]
+
+        monkeypatch.setattr(cli, "load_model", load_model)
+        return made
+
+    return use

@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 import typer
 from conftest import ScriptedDenoiser
-from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 import dcode
-from dcode import pipeline
+from dcode import pipeline, spans
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import (
@@ -39,7 +38,6 @@ from dcode.edit import (
     write_in_place,
 )
 from dcode.events import Started, Step
-from dcode.models import EMBEDDED
 from dcode.syntax import find_issues
 
 PAD, EOS, MASK = 0, 1, 2  # dcode-tiny's special tokens
@@ -70,11 +68,6 @@ class Stack:
 ADD = "def add(a, b):\n    return a - b\n"  # lines 9-10
 SUM = "def add(a, b):\n    return a + b"
 SUM3 = "def add(a, b, c=0):\n    total = a + b\n    return total + c"  # 24 tokens: fits 14 + 16 masks
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(EMBEDDED)
 
 
 def run_edit(model, source: str, region: tuple[int, int], instruction: str = "fix add", **kwargs) -> list:
@@ -485,11 +478,11 @@ def test_an_end_token_in_the_region_does_not_end_the_file(tokenizer, monkeypatch
 
 
 def test_fit_region_makes_whole_lines() -> None:
-    assert pipeline.fit_region("\n  x = 1  \n\n", "  x = 0\r\n") == "  x = 1\r\n"
-    assert pipeline.fit_region("x = 1\n", "x = 0") == "x = 1"  # the old region ended the file unterminated
-    assert pipeline.fit_region("\ny = 1\n", "\nx = 0\n") == "\ny = 1\n"  # it began with a blank line too
-    assert pipeline.fit_region(" \n\n", "x = 0\n") == ""
-    assert pipeline.fit_region("x = 1", "") == "x = 1\n"
+    assert spans.fit_region("\n  x = 1  \n\n", "  x = 0\r\n") == "  x = 1\r\n"
+    assert spans.fit_region("x = 1\n", "x = 0") == "x = 1"  # the old region ended the file unterminated
+    assert spans.fit_region("\ny = 1\n", "\nx = 0\n") == "\ny = 1\n"  # it began with a blank line too
+    assert spans.fit_region(" \n\n", "x = 0\n") == ""
+    assert spans.fit_region("x = 1", "") == "x = 1\n"
 
 
 def test_a_language_dcode_cannot_check_is_edited_unchecked(tokenizer) -> None:
@@ -517,7 +510,7 @@ def test_crlf_files_keep_their_line_endings(tokenizer) -> None:
 
 
 def test_a_broken_edit_is_repaired_inside_the_region(tokenizer) -> None:
-    # Pass 1 (the draft) leaves `return a +`; pass 2 (repair round 1) fills the re-masked line.
+    # Pass 1 (the draft) leaves `return a +`; pass 2 (the first repair round) fills the re-masked line.
     model = ScriptedDenoiser(tokenizer, "def add(a, b):\n    return a +", "    return a + b")
     region = find_symbol(SOURCE, "python", "add")
     events = run_edit(model, SOURCE, region)
@@ -631,23 +624,6 @@ class TestCommand:
         monkeypatch.chdir(tmp_path)
         (tmp_path / "app.py").write_bytes(SOURCE.encode())
         return tmp_path
-
-    @pytest.fixture
-    def scripted(self, tokenizer, monkeypatch: pytest.MonkeyPatch):
-        """Make the command load a ScriptedDenoiser: call it with the scripts (and options)."""
-        from dcode.cli import common as cli  # where run_model finds load_model
-
-        made: list[ScriptedDenoiser] = []
-
-        def use(*scripts, **options) -> list[ScriptedDenoiser]:
-            def load_model(spec, device):
-                made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
-                return made[-1]
-
-            monkeypatch.setattr(cli, "load_model", load_model)
-            return made
-
-        return use
 
     @staticmethod
     def edit(args: list[str], input: str | bytes | None = None, env: dict[str, str] | None = None):

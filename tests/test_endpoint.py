@@ -370,6 +370,23 @@ def test_repair_fills_only_the_broken_line(replay: Any, tmp_path: Path, kind: st
         assert f"{fill.BEGIN}\n{BROKEN_LINE}\n{fill.END}" in asked
 
 
+def test_repair_and_edit_to_stdout_leave_the_file_alone(replay: Any, tmp_path: Path) -> None:
+    """`-o -` through an endpoint prints the result, as a local repair or edit does."""
+    fix = "    return w * h + 1"
+    path = tmp_path / "area.py"
+    path.write_bytes(BROKEN.encode())
+    done = dcode("repair", str(path), "-o", "-", "--endpoint", replay(fim_server(fix)).url, "--model", "m")
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == BROKEN.replace(BROKEN_LINE, fix) and path.read_text() == BROKEN
+    line = str(BROKEN.count("\n", 0, BROKEN.index(BROKEN_LINE)) + 1)
+    server = replay(fim_server(fix))
+    edit = ["edit", str(path), "--lines", line, "--instruct", "add one", "-o", "-", "--no-repair"]
+    done = dcode(*edit, "--endpoint", server.url, "--model", "m")
+    assert done.exit_code == 0, done.stderr
+    assert done.stdout == BROKEN.replace(BROKEN_LINE, fix) and path.read_text() == BROKEN
+    assert not Path(f"{path}.orig").exists()
+
+
 def test_edit_through_fim_keeps_every_byte_outside_the_region(replay: Any, tmp_path: Path) -> None:
     source = "def a():\n    return 1\n\n\ndef b():\n    return 2\n\n\ndef c():\n    return 3\n"
     server = replay(fim_server("def b():\n    return 20\n\n\n"))

@@ -346,7 +346,7 @@ def test_described_facts_equal_the_loaded_ones(family: str, tmp_path: Path) -> N
     folder = tmp_path / family
     tiny.write(family, folder, SIZE)
     loaded = models.load(str(folder)).facts
-    described = models.describe(str(folder), folder)
+    described = models.read_facts(str(folder), folder)
     assert described == loaded
     assert described.defaults == loaded.defaults
 
@@ -355,11 +355,11 @@ def test_real_ids_of_sdar_and_fast_dllm_are_read_where_the_release_keeps_them(tm
     """The released numbers, in a folder of the released config files without weights."""
     sdar = tmp_path / "sdar"
     release_files(sdar, "sdar")
-    f = facts.describe("sdar", sdar, json.loads((sdar / "config.json").read_text()), "sdar")
+    f = facts.read_facts("sdar", sdar, json.loads((sdar / "config.json").read_text()), "sdar")
     assert (f.mask_id, f.eos_ids, f.shifted, f.block) == (151669, {151645, 151643}, False, 4)
     fast = tmp_path / "fast"
     release_files(fast, "fast_dllm_v2")
-    f = facts.describe("fast_dllm_v2", fast, json.loads((fast / "config.json").read_text()), "fast")
+    f = facts.read_facts("fast_dllm_v2", fast, json.loads((fast / "config.json").read_text()), "fast")
     assert (f.mask_id, 151645 in f.eos_ids, f.shifted, f.block) == (151665, True, True, 32)
 
 

@@ -14,25 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ScriptedDenoiser
-from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from dcode.cli import app
 from dcode.edit import select, write_in_place
 from dcode.files import FileProblem, atomic_write, check_writable
-from dcode.models import EMBEDDED
 from dcode.syntax import find_issues
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = "import math\n\n\ndef add(a, b):\n    return a - b\n\n\ndef area(r):\n    return math.pi * r * r\n"
 SUM = "def add(a, b):\n    return a + b"
 BROKEN_SUM = "def add(a, b):\n    return a +"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(EMBEDDED)
 
 
 @pytest.fixture(autouse=True)
@@ -43,24 +35,6 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "app.py").write_text(SOURCE)
     return tmp_path
-
-
-@pytest.fixture
-def scripted(tokenizer, monkeypatch: pytest.MonkeyPatch):
-    """Make the commands load a ScriptedDenoiser: call it with the scripts."""
-    from dcode.cli import common as cli  # where run_model finds load_model
-
-    made: list[ScriptedDenoiser] = []
-
-    def use(*scripts, **options) -> list[ScriptedDenoiser]:
-        def load_model(spec, device):
-            made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
-            return made[-1]
-
-        monkeypatch.setattr(cli, "load_model", load_model)
-        return made
-
-    return use
 
 
 def dcode(*args: str, input: str | None = None):

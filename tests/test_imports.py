@@ -196,7 +196,8 @@ def test_the_walker_sees_the_package() -> None:
         ("dcode.config", set()),
         ("dcode.syntax", set()),
         ("dcode.linediff", set()),
-        ("dcode.fixes", {"dcode.syntax", "dcode.linediff"}),
+        ("dcode.spans", {"dcode.syntax"}),
+        ("dcode.fixes", {"dcode.syntax", "dcode.linediff", "dcode.spans"}),
         ("dcode.rules", set()),
         ("dcode.events", {"dcode.syntax"}),  # Issue, for type checking only
         ("dcode.options", {"dcode.config"}),
@@ -259,17 +260,17 @@ def test_the_import_graph_has_no_circles() -> None:
     assert find_cycle(graph) == []
 
 
-def test_the_event_types_import_no_torch() -> None:
-    """dcode.events mentions torch only for type checking, so a view or a server can read the
-    stream's types without loading it."""
-    tree = ast.parse(MODULES["dcode.events"].read_text(encoding="utf-8"))
+def runtime_imports(name: str) -> set[str]:
+    """Top-level packages module `name` imports when it runs: all_imports less those under
+    `if TYPE_CHECKING:`."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     guarded = {
         id(node)
         for block in ast.walk(tree)
         if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
         for node in ast.walk(block)
     }
-    runtime = {
+    return {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
         if isinstance(node, ast.Import) and id(node) not in guarded
@@ -277,13 +278,42 @@ def test_the_event_types_import_no_torch() -> None:
     } | {
         (node.module or "").split(".")[0]
         for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and id(node) not in guarded
+        if isinstance(node, ast.ImportFrom) and id(node) not in guarded and not node.level
     }
+
+
+def test_the_event_types_import_no_torch() -> None:
+    """dcode.events mentions torch only for type checking, so a view or a server can read the
+    stream's types without loading it."""
     assert "torch" in all_imports("dcode.events")  # the type-checking import is there...
-    assert runtime.isdisjoint(HEAVY)  # ...and only there
+    assert runtime_imports("dcode.events").isdisjoint(HEAVY)  # ...and only there
     done, heavy = heavy_modules_after("import dcode.events, dcode.options, dcode.render")
     assert done.returncode == 0, done.stderr
     assert heavy == []
+
+
+def reachable(module: str) -> set[str]:
+    """module and every dcode module it imports, directly or through others."""
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in MODULES and name not in seen:
+            seen.add(name)
+            todo += dcode_imports(name)
+    return seen
+
+
+REMOTE = sorted(m for m in MODULES if m == "dcode.remote" or m.startswith("dcode.remote."))
+
+
+@pytest.mark.parametrize("module", REMOTE)
+def test_the_endpoint_path_imports_no_torch(module: str) -> None:
+    """`--endpoint` loads no model: no module dcode.remote reaches imports torch or transformers,
+    even inside a function (the span rules it shares with the local repair live in dcode.spans);
+    type-checking imports do not run."""
+    assert {"dcode.spans", "dcode.fixes"} <= set().union(*(reachable(m) for m in REMOTE))
+    heavy = {m: runtime_imports(m) & set(HEAVY) for m in reachable(module)}
+    assert {m: found for m, found in heavy.items() if found} == {}
 
 
 def test_nothing_imports_the_cli() -> None:
@@ -338,3 +368,36 @@ def test_the_environment_scanner_finds_reads() -> None:
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not in_cli(m) and not m.startswith("dcode.train")))
 def test_only_the_cli_reads_argv_or_the_environment(module: str) -> None:
     assert environment_reads(MODULES[module].read_text(encoding="utf-8")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Size: a function a reader can hold in their head
+
+LONGEST_FUNCTION = 100  # lines, from `def` to the last line of its body
+# Functions still over the limit while they are being split (dcode.sampler's loop): remove an
+# entry once its function fits.
+TOO_LONG_FOR_NOW = {"dcode.sampler.denoise"}
+
+
+def long_functions(source: str, module: str, limit: int = LONGEST_FUNCTION) -> dict[str, int]:
+    """'module.function' -> lines, for every function (nested ones and methods too) over `limit`."""
+    return {
+        f"{module}.{node.name}": node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > limit
+    }
+
+
+def test_the_length_scan_counts_lines() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(3))
+    assert long_functions(f"def f():\n{body}", "m", limit=3) == {"m.f": 4}
+    assert long_functions(f"def f():\n{body}", "m", limit=4) == {}
+
+
+def test_no_function_in_the_package_is_over_a_hundred_lines() -> None:
+    found: dict[str, int] = {}
+    for module, path in MODULES.items():
+        found |= long_functions(path.read_text(encoding="utf-8"), module)
+    assert {name: lines for name, lines in found.items() if name not in TOO_LONG_FOR_NOW} == {}

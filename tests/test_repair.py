@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ScriptedDenoiser, benchmark_module
-from transformers import AutoTokenizer
 
 import dcode
 from dcode.config import SamplerConfig
@@ -23,8 +22,8 @@ from dcode.repair import (
     room,
     tokenize,
     tokens_for_span,
-    widen,
 )
+from dcode.spans import widen
 from dcode.syntax import compile_issue, find_issues, language_of
 
 PAD, EOS, MASK = 0, 1, 2
@@ -40,11 +39,6 @@ NESTED = (
     "class Box:\n    def area(self):\n        total = 0\n        if self.w:\n"
     "            return self.w * (\n        return total\n\n    def name(self):\n        return 'box'\n"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(Path(dcode.__file__).parent / "assets" / "dcode-tiny")
 
 
 def run(
@@ -107,7 +101,7 @@ def test_narrowest_puts_back_the_lines_a_fix_does_not_need() -> None:
 
 
 def test_a_fix_in_a_users_file_changes_only_the_lines_its_issues_blame(tokenizer) -> None:
-    # compile() blames line 1 (the "(" never closed); the fill of round 2 closes it on line 2.
+    # compile() blames line 1 (the "(" never closed); the second round's fill closes it on line 2.
     broken = "print(1,\n      2\nbar = 3\n"
     script = [*tokenizer.encode("print(1,\n      2)", add_special_tokens=False), EOS]
     for origin, expected in (("file", broken), ("draft", broken.replace("2\n", "2)\n"))):
@@ -239,7 +233,7 @@ def test_widening_rounds_for_a_nested_python_example() -> None:
 
 def test_round_one_takes_the_line_compile_blames_inside_a_wide_error() -> None:
     """tree-sitter's ERROR can cover a whole function; compile() names the broken line, and
-    round 1 re-masks that line alone, so a fix there leaves every other line as it was."""
+    the first round re-masks that line alone, so a fix there leaves every other line as it was."""
     from tree_sitter import Parser
 
     from dcode.syntax import compile_issue
@@ -280,8 +274,8 @@ def test_a_result_that_drops_code_is_not_a_repair(old: str, new: str, lost: bool
 
 
 def test_round_two_never_widens_to_a_whole_function() -> None:
-    """A broken line directly in a function's body: round 2 takes a line of context around it, not
-    the function_definition (re-masking a whole function is a rewrite); round 3 takes the body."""
+    """A broken line directly in a function's body: the second round takes a line of context around
+    it, not the function_definition (re-masking a whole function is a rewrite); the third takes the body."""
     from tree_sitter import Parser
 
     code = "def f(a):\n    x = a\n    retur x\n    y = 2\n    return y\n"
@@ -334,7 +328,7 @@ def test_round_events_carry_the_right_counts(tokenizer) -> None:
         assert event.tokens == sum(sizes)
         assert event.masks == sum(n + room(n) for n in sizes)
     assert steps_since == 0  # the last Step belongs to the last round
-    # Round 1 works on the input: two issues far apart give two spans, each exactly its tokens.
+    # The first round works on the input: two issues far apart give two spans, each exactly its tokens.
     first = rounds[0]
     assert [(i.kind, i.line) for i in first.issues] == [("error", 6), ("error", 10)]
     _, offsets = tokenize(tokenizer, two)
@@ -405,7 +399,7 @@ def test_repair_imports_only_what_sits_below_it() -> None:
         "dcode.config",
         "dcode.models.base",
         "dcode.fixes",
-    } | {
+        "dcode.spans",
         "dcode.linediff",
         "dcode.window",
     }

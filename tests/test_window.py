@@ -13,21 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MASK as MASK
 from conftest import ScriptedDenoiser
-from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
 from dcode import pipeline
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import find_symbol
-from dcode.models import EMBEDDED
 
 STDLIB = Path(os.__file__).parent
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(EMBEDDED)
 
 
 def big_file(functions: int) -> str:

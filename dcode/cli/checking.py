@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -11,18 +10,17 @@ import typer
 
 from dcode.cli.common import (
     OK,
-    RUNTIME,
     SYNTAX,
     USAGE,
     app,
     fail,
-    interrupted,
-    output_target,
     read_checkable,
+    result_target,
     run_model,
     sampler_config,
     view_mode,
 )
+from dcode.cli.delivery import finish_repair
 from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.config import REPAIR_FILE_TRIES
@@ -123,17 +121,14 @@ def repair_command(
         from dcode.cli import remote
 
         return remote.run_repair(ctx)
-    import json
-
     from dcode import pipeline
-    from dcode.edit import unified_diff
 
     # 1) the input must be a readable, checkable, non-empty text file, and where the result goes
     # must be writable: checked before the model runs, as `dcode edit` does
     source, language = read_checkable(file, lang)
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    target, to_stdout = repair_target(file, output, force, diff)
+    target, to_stdout = (None, False) if diff else result_target(file, output, force)
     config = sampler_config(chosen)
 
     # 2) repair, with the live view showing the whole file
@@ -151,51 +146,4 @@ def repair_command(
     )
 
     # 3) deliver: a diff, stdout, or the file (only if it got better)
-    changed = done.code != source
-    if diff:
-        sys.stdout.write(unified_diff(source, done.code, file))
-        sys.stdout.flush()
-    elif to_stdout:
-        sys.stdout.write(done.code)
-        sys.stdout.flush()
-    elif changed:
-        write_repaired(target or file, done.code)
-    if as_json:
-        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **done.metadata()}))
-    elif not quiet:
-        typer.echo(
-            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
-            + ("" if changed or diff or to_stdout else ", file unchanged"),
-            err=True,
-        )
-    raise typer.Exit(SYNTAX if done.issues_after else OK)
-
-
-def repair_target(file: Path, output: str | None, force: bool, diff: bool) -> tuple[Path | None, bool]:
-    """Where a repair goes: (another file, False), (None, True) for `-o -`, or (None, False) for
-    FILE in place (also when -o names FILE itself), which must then be writable."""
-    from dcode.files import FileProblem, check_writable, same_file
-
-    if diff:
-        return None, False
-    if output == "-":
-        return None, True
-    if output is not None and not same_file(Path(output), file):
-        return output_target(output, force), False
-    try:
-        check_writable(file, True)
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    return None, False
-
-
-def write_repaired(path: Path, code: str) -> None:
-    """Replace path atomically; a failure is one line (exit 1), Ctrl-C or SIGTERM leave no temp file."""
-    from dcode.files import atomic_write
-
-    try:
-        atomic_write(path, code)
-    except OSError as error:
-        fail(f"cannot write {path}: {error.strerror or error}", RUNTIME)
-    except KeyboardInterrupt as error:
-        interrupted(error)
+    finish_repair(source, done, file, target, to_stdout, {}, diff=diff, as_json=as_json, quiet=quiet)

@@ -223,6 +223,23 @@ def output_target(raw: str | None, force: bool) -> Path | None:
     return Path(raw)
 
 
+def result_target(file: Path, output: str | None, force: bool) -> tuple[Path | None, bool]:
+    """Where an edit or a repair of FILE goes: (another file, False), (None, True) for `-o -`
+    (stdout), or (None, False) for FILE in place, whose folder must then take the backup and the
+    new file. `-o FILE` naming FILE itself (or a link to it) is in place, with the same guard."""
+    from dcode.files import FileProblem, check_writable, same_file
+
+    if output == "-":
+        return None, True
+    if output is not None and not same_file(Path(output), file):
+        return output_target(output, force), False
+    try:
+        check_writable(file, True)
+    except FileProblem as error:
+        fail(str(error), USAGE)
+    return None, False
+
+
 def read_checkable(file: Path, lang: str | None) -> tuple[str, str]:
     """A readable UTF-8 file and its language (--lang, suffix or shebang), or a one-line usage error."""
     from dcode import syntax

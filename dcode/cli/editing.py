@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from dcode.cli.common import (
-    RUNTIME,
-    SYNTAX,
     USAGE,
     app,
     fail,
-    interrupted,
     option_named,
-    output_target,
     read_checkable,
     read_prompt,
+    result_target,
     run_model,
     sampler_config,
-    summary_line,
     view_mode,
 )
+from dcode.cli.delivery import Delivery, finish_edit
 from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.events import Edited
@@ -83,7 +77,7 @@ def edit_command(
         fail("--lines and --symbol cannot be used together", USAGE)
     writes = not (diff or dry_run)
     source, language = read_checkable(file, lang)
-    target, to_stdout = edit_target(file, output, force, writes)
+    target, to_stdout = result_target(file, output, force) if writes else (None, False)
     region = pick_region(source, language, lines, symbol, file)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
     config = sampler_config(chosen)
@@ -112,45 +106,10 @@ def edit_command(
     # 3) deliver: a diff, the file in place (after a backup), another file or stdout; never a
     # broken version of a file that parsed
     plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
-    backup = deliver(plan)
     old_span = "the whole file" if lines is None and symbol is None else describe_region(source, region)
-    if as_json:
-        report = {
-            "path": str(file),
-            "output": output,
-            "backup": str(backup) if backup is not None else None,
-            "written": plan.written(backup),
-            "changed": plan.changed,
-            "model": denoiser.facts.name,
-            "language": language,
-            "selection": symbol if symbol is not None else old_span,
-            "diff": plan.patch,
-            **edited.metadata(),
-        }
-        typer.echo(json.dumps(report, indent=2))
-    elif not writes:
-        sys.stdout.write(plan.patch)
-        sys.stdout.flush()
-    report_edit(plan, backup, old_span, denoiser.facts.name, dry_run, quiet)
-
-
-def edit_target(file: Path, output: str | None, force: bool, writes: bool) -> tuple[Path | None, bool]:
-    """Where the edit goes: (another file, False), (None, True) for `-o -` (stdout), or (None,
-    False) for FILE in place, which must take a backup and a new file. `-o FILE` naming FILE
-    itself (or a link to it) is an in-place edit, with the same backup and the same guard."""
-    from dcode.files import FileProblem, check_writable, same_file
-
-    if not writes:
-        return None, False
-    if output == "-":
-        return None, True
-    if output is not None and not same_file(Path(output), file):
-        return output_target(output, force), False
-    try:
-        check_writable(file, True)  # its folder must take the backup and the new file
-    except FileProblem as error:
-        fail(str(error), USAGE)
-    return None, False
+    name = denoiser.facts.name
+    keys = {"model": name, "language": language, "selection": symbol if symbol is not None else old_span}
+    finish_edit(plan, output, name, keys, old_span, as_json=as_json, dry_run=dry_run, quiet=quiet)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:
@@ -166,91 +125,3 @@ def describe_region(source: str, region: tuple[int, int]) -> str:
     from dcode.edit import describe
 
     return describe(source, region)
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """What the command does with an edit's result."""
-
-    file: Path
-    source: str
-    edited: Edited
-    refused: bool  # the edit broke a file that parsed: nothing is written
-    writes: bool  # not --diff or --dry-run
-    target: Path | None  # -o FILE (another file)
-    to_stdout: bool  # -o -
-
-    @property
-    def changed(self) -> bool:
-        return self.edited.code != self.source
-
-    @property
-    def patch(self) -> str:
-        from dcode.edit import unified_diff
-
-        return unified_diff(self.source, self.edited.code, self.file)
-
-    def written(self, backup: Path | None) -> bool:
-        return not self.refused and (self.target is not None or self.to_stdout or backup is not None)
-
-
-def deliver(plan: Delivery) -> Path | None:
-    """Write the result where it goes; returns the backup of an in-place edit."""
-    from dcode.edit import write_in_place
-    from dcode.files import atomic_write
-
-    try:
-        if plan.refused:
-            sys.stderr.write(plan.patch)
-        elif plan.to_stdout:
-            sys.stdout.write(plan.edited.code)
-            sys.stdout.flush()
-        elif plan.target is not None:
-            atomic_write(plan.target, plan.edited.code)
-        elif plan.changed and plan.writes:
-            return write_in_place(plan.file, plan.edited.code)
-    except BrokenPipeError:
-        raise
-    except OSError as error:
-        where = "stdout" if plan.to_stdout else plan.target or plan.file
-        fail(f"cannot write {where}: {error.strerror or error}", RUNTIME)
-    except KeyboardInterrupt as error:
-        interrupted(error)
-    return None
-
-
-def report_edit(plan: Delivery, backup: Path | None, old_span: str, model: str, dry_run: bool, quiet: bool) -> None:
-    """The lines on stderr after an edit, and its exit code (3: syntax errors in the result)."""
-    edited, file, target = plan.edited, plan.file, plan.target
-    grew = edited.new_region[1] > edited.new_region[0]
-    new_span = describe_region(edited.code, edited.new_region) if grew else "nothing"
-    if dry_run:
-        typer.echo("dcode: dry run: nothing written", err=True)
-    if not quiet:
-        typer.echo(summary_line(edited.metadata(), model), err=True)
-        if plan.written(backup) and target is not None:
-            typer.echo(f"dcode: wrote {target} ({old_span} of {file} -> {new_span}); {file} untouched", err=True)
-        elif backup is not None:
-            typer.echo(f"dcode: edited {file} ({old_span} -> {new_span}); backup: {backup}", err=True)
-        elif not plan.changed:
-            typer.echo(f"dcode: {file}: the edit changed nothing; nothing written", err=True)
-    if plan.changed and new_span == "nothing":
-        typer.echo(f"dcode: warning: the edit deleted {old_span} of {file}", err=True)
-    if plan.refused:
-        typer.echo(
-            f"dcode: error: the edit leaves {edited.errors_after} syntax error(s) in {file}, which parsed before; "
-            "nothing written (the diff is above)",
-            err=True,
-        )
-        raise typer.Exit(SYNTAX)
-    if edited.errors_after:
-        had = f" (it had {edited.original_errors})" if edited.original_errors else ""
-        where = f"the edited {file} would have" if not plan.writes else f"{target or file} has"
-        if plan.to_stdout:
-            where = "the edited code on stdout has"
-        typer.echo(f"dcode: warning: {where} {edited.errors_after} syntax error(s){had}", err=True)
-        raise typer.Exit(SYNTAX)
-
-
-# What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
-# Never pickles (*.bin, *.pt) and never the checkpoint's own Python code, which dcode does not run.

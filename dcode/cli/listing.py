@@ -18,6 +18,8 @@ from dcode.cli.common import (
     fail,
 )
 
+# What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
+# Never pickles (*.bin, *.pt) and never the checkpoint's own Python code, which dcode does not run.
 PULL_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
 
 
@@ -48,13 +50,13 @@ app.add_typer(models_app, name="models")
 
 
 def beliefs(name: str, path: Path) -> dict[str, object]:
-    """What dcode believes about a checkpoint before trusting it (dcode.models.describe), as JSON
+    """What dcode believes about a checkpoint before trusting it (dcode.models.read_facts), as JSON
     values: each special token as {"id", "token"}; or {"error": ...} when its files do not say."""
-    from dcode.models import ModelError, describe
+    from dcode.models import ModelError, read_facts
     from dcode.models.facts import TokenTable, token_names
 
     try:
-        facts = describe(name, path)
+        facts = read_facts(name, path)
         names = token_names(facts, TokenTable(path))
     except ModelError as error:
         return {"error": str(error)}

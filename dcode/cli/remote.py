@@ -29,6 +29,7 @@ from dcode.cli.common import (
     output_target,
     read_checkable,
     read_prompt,
+    result_target,
     summary_line,
     view_mode,
 )
@@ -194,15 +195,15 @@ def run_new(ctx: typer.Context) -> None:
 def run_repair(ctx: typer.Context) -> None:
     """`dcode repair --endpoint`: each broken span filled through the endpoint; bytes outside kept."""
     params = ctx.params
-    from dcode.edit import unified_diff
-    from dcode.files import atomic_write
+    from dcode.cli.delivery import finish_repair
+    from dcode.events import Repaired
     from dcode.remote import flows
 
     file: Path = params["file"]
     source, language = read_checkable(file, params["lang"])
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
-    target = None if params["diff"] else output_target(params["output"], params["force"])
+    target, to_stdout = (None, False) if params["diff"] else result_target(file, params["output"], params["force"])
     endpoint = connect(params)
     ask = sampling(params, 64)  # max_tokens is set per span, from its size (flows.fill_budget)
     done = run(
@@ -213,32 +214,17 @@ def run_repair(ctx: typer.Context) -> None:
         ),
         language,
     )
-    assert isinstance(done, flows.Fixed)
-    changed = done.code != source
-    if params["diff"]:
-        sys.stdout.write(unified_diff(source, done.code, file))
-    elif changed:
-        try:
-            atomic_write(target or file, done.code)
-        except OSError as error:
-            fail(f"cannot write {target or file}: {error.strerror}", RUNTIME)
-    if params["as_json"]:
-        report = {"path": str(target or file), "changed": changed, "model": endpoint.model, "endpoint": endpoint.shown}
-        typer.echo(json.dumps({**report, **done.metadata()}))
-    elif not params["quiet"]:
-        typer.echo(
-            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
-            + ("" if changed or params["diff"] else ", file unchanged"),
-            err=True,
-        )
-    raise typer.Exit(SYNTAX if done.issues_after else 0)
+    assert isinstance(done, Repaired)
+    keys = {"model": endpoint.model, "endpoint": endpoint.shown}
+    say = {"diff": params["diff"], "as_json": params["as_json"], "quiet": params["quiet"]}
+    finish_repair(source, done, file, target, to_stdout, keys, **say)
 
 
 def run_edit(ctx: typer.Context) -> None:
     """`dcode edit --endpoint`: the region as one fill through the endpoint; delivered as locally."""
     params = ctx.params
-    from dcode.edit import RegionError, select
-    from dcode.files import FileProblem, check_writable
+    from dcode.cli.delivery import Delivery, finish_edit
+    from dcode.edit import RegionError, describe, select
     from dcode.remote import flows
     from dcode.remote.flows import fill_budget
 
@@ -249,12 +235,7 @@ def run_edit(ctx: typer.Context) -> None:
         fail("--lines and --symbol cannot be used together", USAGE)
     writes = not (params["diff"] or params["dry_run"])
     source, language = read_checkable(file, params["lang"])
-    if writes and params["output"] is None:
-        try:
-            check_writable(file, True)
-        except FileProblem as error:
-            fail(str(error), USAGE)
-    target = output_target(params["output"], params["force"]) if writes else None
+    target, to_stdout = result_target(file, params["output"], params["force"]) if writes else (None, False)
     try:
         region = select(source, language, lines, symbol, where=str(file))
     except RegionError as error:
@@ -275,81 +256,11 @@ def run_edit(ctx: typer.Context) -> None:
         language,
     )
     assert isinstance(edited, flows.Changed)
-    deliver_edit(params, endpoint, file, source, language, target, writes, edited)
 
-
-def deliver_edit(
-    params: Mapping[str, Any],
-    endpoint: Endpoint,
-    file: Path,
-    source: str,
-    language: str,
-    target: Path | None,
-    writes: bool,
-    edited: Any,
-) -> None:
-    """A diff, the file in place (after a backup), or another file; never a broken version of a
-    file that parsed. The same lines and exit codes as a local `dcode edit`."""
-    from dcode.edit import describe, unified_diff, write_in_place
-    from dcode.files import atomic_write
-
-    lines, symbol = params["lines"], params["symbol"]
-    changed = edited.code != source
-    patch = unified_diff(source, edited.code, file)
-    refused = writes and edited.broke
-    backup: Path | None = None
-    try:
-        if refused:
-            sys.stderr.write(patch)
-        elif target is not None:
-            atomic_write(target, edited.code)
-        elif changed and writes:
-            backup = write_in_place(file, edited.code)
-    except OSError as error:
-        fail(f"cannot write {target or file}: {error.strerror or error}", RUNTIME)
-    written = not refused and (target is not None or backup is not None)
-    old_span = "the whole file" if lines is None and symbol is None else describe(source, edited.region)
-    new_span = describe(edited.code, edited.new_region) if edited.new_region[1] > edited.new_region[0] else "nothing"
-    metadata = edited.metadata()
-    if params["as_json"]:
-        report = {
-            "path": str(file),
-            "output": params["output"],
-            "backup": str(backup) if backup is not None else None,
-            "written": written,
-            "changed": changed,
-            "model": endpoint.model,
-            "endpoint": endpoint.shown,
-            "language": language,
-            "selection": symbol if symbol is not None else old_span,
-            "diff": patch,
-            **metadata,
-        }
-        typer.echo(json.dumps(report, indent=2))
-    elif not writes:
-        sys.stdout.write(patch)
-        sys.stdout.flush()
-    if params["dry_run"]:
-        typer.echo("dcode: dry run: nothing written", err=True)
-    if not params["quiet"]:
-        typer.echo(summary_line(metadata, shown_model(endpoint)), err=True)
-        if written and target is not None:
-            typer.echo(f"dcode: wrote {target} ({old_span} of {file} -> {new_span}); {file} untouched", err=True)
-        elif backup is not None:
-            typer.echo(f"dcode: edited {file} ({old_span} -> {new_span}); backup: {backup}", err=True)
-        elif not changed:
-            typer.echo(f"dcode: {file}: the edit changed nothing; nothing written", err=True)
-    if changed and new_span == "nothing":
-        typer.echo(f"dcode: warning: the edit deleted {old_span} of {file}", err=True)
-    if refused:
-        typer.echo(
-            f"dcode: error: the edit leaves {edited.errors_after} syntax error(s) in {file}, which parsed before; "
-            "nothing written (the diff is above)",
-            err=True,
-        )
-        raise typer.Exit(SYNTAX)
-    if edited.errors_after:
-        had = f" (it had {edited.original_errors})" if edited.original_errors else ""
-        where = f"the edited {file} would have" if not writes else f"{target or file} has"
-        typer.echo(f"dcode: warning: {where} {edited.errors_after} syntax error(s){had}", err=True)
-        raise typer.Exit(SYNTAX)
+    # 3) deliver as a local edit does
+    plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
+    old_span = "the whole file" if lines is None and symbol is None else describe(source, region)
+    selection = symbol if symbol is not None else old_span
+    keys = {"model": endpoint.model, "endpoint": endpoint.shown, "language": language, "selection": selection}
+    say = {"as_json": params["as_json"], "dry_run": params["dry_run"], "quiet": params["quiet"]}
+    finish_edit(plan, params["output"], shown_model(endpoint), keys, old_span, **say)

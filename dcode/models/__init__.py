@@ -3,7 +3,7 @@
 Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
 `model_type`, else the classes `architectures` or `auto_map` name), finding an id in the local
 Hugging Face cache, listing the models there (and what a load would state about each, torch-free:
-describe), and merging a family's sampler defaults into the user's settings. Never downloads
+read_facts), and merging a family's sampler defaults into the user's settings. Never downloads
 and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
 load(), never at import time; listing reads safetensors headers with json alone.
 """
@@ -33,11 +33,11 @@ __all__ = [
     "ModelInfo",
     "apply_defaults",
     "default_cache_dir",
-    "describe",
     "family_of",
     "list_models",
     "load",
     "model_info",
+    "read_facts",
     "require_family",
     "resolve",
 ]
@@ -203,11 +203,11 @@ def model_info(name: str, folder: Path) -> ModelInfo:
     )
 
 
-def describe(name: str, folder: Path) -> ModelFacts:
+def read_facts(name: str, folder: Path) -> ModelFacts:
     """The facts loading `folder` would state (special tokens, shift, block), from its files alone:
     no torch, no weights. ModelError when a load would fail on them too."""
     config = checkpoint.read_config(folder)
-    return facts.describe(require_family(config, folder), folder, config, name)
+    return facts.read_facts(require_family(config, folder), folder, config, name)
 
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:

@@ -326,7 +326,7 @@ STATE: dict[str, Callable[[Path, Mapping[str, Any], Any, str], ModelFacts]] = {
 }
 
 
-def describe(family: str, folder: Path, config: Mapping[str, Any], name: str) -> ModelFacts:
+def read_facts(family: str, folder: Path, config: Mapping[str, Any], name: str) -> ModelFacts:
     """The facts a load of `folder` would state, from its files alone (no torch, no weights)."""
     return STATE[family](folder, config, TokenTable(folder), name)
 

@@ -1,60 +1,31 @@
 """dcode new, edit and repair through an endpoint, each as one stream of events: Updates (the live
-view's frames), then a final record (Generated, Changed, Fixed) whose `code` is the answer.
+view's frames), then a final record (Generated, Changed, Repaired) whose `code` is the answer.
 
 Owns: what a served model is asked for each command, the repair loop over fills (the span rules of
-dcode.remote.spans, judged by dcode.fixes like a local repair), and the records' metadata in the
-keys `--json` prints locally. Every byte outside a rewritten span is the input's (spans.splice).
+dcode.spans, judged by dcode.fixes like a local repair), and the records' metadata in the
+keys `--json` prints locally. Every byte outside a rewritten span is the input's (dcode.spans.splice).
 Knows nothing about argv, the environment or the terminal.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, TypeVar
 
-from dcode.fixes import confined, deleted, narrowest, progress, resembles
-from dcode.remote import fill, spans
+from dcode.events import Repaired, rates, regions
+from dcode.fixes import judge
+from dcode.remote import fill
 from dcode.remote.client import Endpoint
 from dcode.remote.fill import Sampling
 from dcode.remote.streams import Answer, Mode, Update, pieces
 from dcode.render import Frame
-from dcode.syntax import Issue, UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
+from dcode.spans import Origin, fit_line_span, fit_region, merge, widen
+from dcode.syntax import UnknownLanguage, compile_issue, find_issues, language_of, normalize_language
 
-Origin = Literal["draft", "edit", "file"]  # who wrote the text a repair mends (see dcode.repair.Origin)
+R = TypeVar("R")
 RETRY_TEMPERATURE = 0.8  # a round's later tries sample: a greedy fill of the same span repeats itself
-
-
-@dataclass(frozen=True)
-class Fixed:
-    """What a repair through the endpoint did (the fields of dcode.repair.Repaired)."""
-
-    code: str
-    issues_before: int
-    issues_after: int
-    issues: tuple[Issue, ...]
-    rounds: int = 0
-    attempts: int = 0
-    spans: int = 0
-    tokens: int = 0  # completion tokens of the fills
-    chunks: int = 0  # streamed chunks of the fills: the "passes" of a remote repair
-    seconds: float = 0.0
-    note: str = ""
-
-    def metadata(self) -> dict[str, object]:
-        return {
-            "issues_before": self.issues_before,
-            "issues_after": self.issues_after,
-            "rounds": self.rounds,
-            "attempts": self.attempts,
-            "spans": self.spans,
-            "tokens_regenerated": self.tokens,
-            "extra_forward_passes": self.chunks,
-            "extra_seconds": round(self.seconds, 3),
-            "issues": [f"{i.line}:{i.column}: {i.message}" for i in self.issues],
-            **({"note": self.note} if self.note else {}),
-        }
 
 
 def counts(answer: Answer) -> dict[str, object]:
@@ -62,10 +33,7 @@ def counts(answer: Answer) -> dict[str, object]:
     return {
         "prompt_tokens": answer.prompt_tokens,
         "tokens": answer.tokens,
-        "forward_passes": answer.chunks,
-        "tokens_per_forward": round(answer.tokens / answer.chunks, 3) if answer.chunks else 0.0,
-        "seconds": round(answer.seconds, 3),
-        "tokens_per_second": round(answer.tokens / answer.seconds, 1) if answer.seconds else 0.0,
+        **rates(answer.tokens, answer.chunks, answer.seconds),
         "stream": answer.kind,
         "first_frame_seconds": None if answer.first_frame is None else round(answer.first_frame, 3),
     }
@@ -78,7 +46,7 @@ class Generated:
     code: str
     draft: str  # the answer as served, before a client-side repair
     answer: Answer
-    fixed: Fixed | None = None
+    fixed: Repaired | None = None
 
     @property
     def syntax_errors(self) -> int | None:
@@ -103,7 +71,7 @@ class Changed:
     answer: Answer
     original_errors: int | None
     errors_after: int | None
-    fixed: Fixed | None = None
+    fixed: Repaired | None = None
     fixed_used: bool = False
 
     @property
@@ -112,8 +80,7 @@ class Changed:
 
     def metadata(self) -> dict[str, object]:
         out: dict[str, object] = {
-            "region": {"start_byte": self.region[0], "end_byte": self.region[1]},
-            "new_region": {"start_byte": self.new_region[0], "end_byte": self.new_region[1]},
+            **regions(self.region, self.new_region),
             **counts(self.answer),
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
@@ -165,6 +132,19 @@ class Clock:
         )
 
 
+def result_of(events: Iterable[Update | R], kind: type[R]) -> Generator[Update, None, R]:
+    """Pass a stream's Updates on and return its record of `kind` (a fill's Answer, a repair's Repaired).
+    Example: answer = yield from result_of(filled(...), Answer)."""
+    found: R | None = None
+    for event in events:
+        if isinstance(event, kind):
+            found = event
+        elif isinstance(event, Update):
+            yield event
+    assert found is not None
+    return found
+
+
 def filled(
     endpoint: Endpoint, clock: Clock, data: bytes, span: tuple[int, int], language: str, sampling: Sampling, **ask: str
 ) -> Iterator[Update | Answer]:
@@ -202,7 +182,7 @@ def mend(
     origin: Origin = "file",
     name: str = "the file",
     clock: Clock | None = None,
-) -> Iterator[Update | Fixed]:
+) -> Iterator[Update | Repaired]:
     """dcode.repair.repair with fills from the endpoint instead of the sampler: each round widens
     the spans around the issues, fills each span (tries until one is kept), splices, checks, and
     keeps a result only if it has fewer issues (for a user's file: only its blamed lines changed,
@@ -215,7 +195,7 @@ def mend(
         issues = find_issues(code, language)
         grammar = language_of(normalize_language(language))
     except (UnknownLanguage, ImportError) as error:
-        yield Fixed(code, 0, 0, (), note=f"not checked: {error}")
+        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, 0, 0.0, note=f"not checked: {error}")
         return
     best, best_issues = code, issues
     rounds_run = attempts = regenerated = tokens = chunks = 0
@@ -226,7 +206,7 @@ def mend(
         data = best.encode()
         root = Parser(grammar).parse(data).root_node
         hint = compile_issue(best, data) if normalize_language(language) == "python" else None
-        where = spans.merge([spans.widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
+        where = merge([widen(data, root, issue, number, hint, origin == "draft")[:2] for issue in best_issues])
         rounds_run += 1
         for attempt in range(1, tries + 1):
             # 2) fill each span; a later try samples with its own seed
@@ -243,30 +223,15 @@ def mend(
             texts = []
             for span in where:
                 budget = replace(run, max_tokens=fill_budget(data[span[0] : span[1]].decode(), 16))
-                for event in filled(endpoint, clock, data, span, language, budget, name=name):
-                    if isinstance(event, Answer):
-                        texts.append(spans.fit_line_span(event.text, data[span[1] :]))
-                        tokens, chunks = tokens + event.tokens, chunks + event.chunks
-                    else:
-                        yield event
+                answer = yield from result_of(filled(endpoint, clock, data, span, language, budget, name=name), Answer)
+                texts.append(fit_line_span(answer.text, data[span[1] :]))
+                tokens, chunks = tokens + answer.tokens, chunks + answer.chunks
             # 3) splice, check, judge as a local repair does
-            candidate = spans.splice(data, where, texts)
-            found = find_issues(candidate, language)
-            erased = any(
-                deleted(data[a:b].decode(), t, names=origin != "draft") for (a, b), t in zip(where, texts, strict=True)
-            )
-            kept = not erased and len(found) < len(best_issues)
-            if kept:
-                candidate, found, _ = narrowest(best, candidate, language, found)
-                kept = origin != "file" or (
-                    confined(best, candidate, spans.blamed_lines(data, best_issues, hint))
-                    and progress(best, best_issues, candidate, found)
-                    and resembles(best, candidate)
-                )
+            candidate, found, kept, _ = judge(best, best_issues, where, texts, language, origin, hint)
             if kept:
                 best, best_issues = candidate, found
                 break
-    yield Fixed(
+    yield Repaired(  # forward: the fills' streamed chunks, the passes of a remote repair
         best,
         len(issues),
         len(best_issues),
@@ -294,22 +259,16 @@ def new(
     (unless a dcode server already repaired it, as its metadata says). `settings`: sampler
     options for a dcode server (its `dcode` request field)."""
     clock = Clock()
-    answer: Answer | None = None
-    for event in fill.new(endpoint, request, language, sampling, mode, rounds > 0, settings or {}):
-        if isinstance(event, Answer):
-            answer = event
-        else:
-            yield event
-    assert answer is not None
+    answer = yield from result_of(
+        fill.new(endpoint, request, language, sampling, mode, rounds > 0, settings or {}), Answer
+    )
     code = answer.text if answer.kind == "dcode" or language == "markdown" else fill.unfence(answer.text)
     fixed = None
     if rounds > 0 and not isinstance(answer.metadata.get("repair"), dict):
         clock.forward, clock.filled = answer.chunks, len(pieces(code))
-        for step in mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock):
-            if isinstance(step, Fixed):
-                fixed = step
-            else:
-                yield step
+        fixed = yield from result_of(
+            mend(endpoint, code, language, sampling, rounds, tries, "draft", "the answer", clock), Repaired
+        )
     yield Generated(fixed.code if fixed is not None else code, code, answer, fixed)
 
 
@@ -340,25 +299,17 @@ def edit(
     data = source.encode()
     a, b = region
     old, after = data[a:b].decode(), data[b:].decode()
-    answer: Answer | None = None
-    for event in filled(endpoint, clock, data, region, language, sampling, instruction=instruction, name=name):
-        if isinstance(event, Answer):
-            answer = event
-        else:
-            yield event
-    assert answer is not None
-    text = spans.fit_region(answer.text, old)
+    ask = {"instruction": instruction, "name": name}
+    answer = yield from result_of(filled(endpoint, clock, data, region, language, sampling, **ask), Answer)
+    text = fit_region(answer.text, old)
     code = data[:a].decode() + text + after
     new_region = (a, a + len(text.encode()))
     original, found = check(source, language, region), check(code, language, new_region)
     fixed, used = None, False
     if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for step in mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock):
-            if isinstance(step, Fixed):
-                fixed = step
-            else:
-                yield step
-        assert fixed is not None
+        fixed = yield from result_of(
+            mend(endpoint, code, language, sampling, rounds, tries, "edit", name, clock), Repaired
+        )
         fixed_data, suffix = fixed.code.encode(), after.encode()
         intact = fixed_data[:a] == data[:a] and fixed_data.endswith(suffix) and len(fixed_data) - len(suffix) >= a
         if fixed.code != code and intact:

@@ -1,0 +1,195 @@
+"""Where the result of `dcode edit` or `dcode repair` goes and what the command says about it, for
+a local model and through an endpoint alike: a diff, the file in place (an edit after a backup),
+another file or stdout, never a broken version of a file that parsed; the `--json` report, the
+lines on stderr and the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import typer
+
+from dcode.cli.common import OK, RUNTIME, SYNTAX, fail, interrupted, summary_line
+from dcode.events import Repaired
+
+
+class EditResult(Protocol):
+    """What delivery reads of an edit (dcode.events.Edited, dcode.remote.flows.Changed)."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def region(self) -> tuple[int, int]: ...
+    @property
+    def new_region(self) -> tuple[int, int]: ...
+    @property
+    def original_errors(self) -> int | None: ...
+    @property
+    def errors_after(self) -> int | None: ...
+    @property
+    def broke(self) -> bool: ...
+
+    def metadata(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What the command does with an edit's result."""
+
+    file: Path
+    source: str
+    edited: EditResult
+    refused: bool  # the edit broke a file that parsed: nothing is written
+    writes: bool  # not --diff or --dry-run
+    target: Path | None  # -o FILE (another file)
+    to_stdout: bool  # -o -
+
+    @property
+    def changed(self) -> bool:
+        return self.edited.code != self.source
+
+    @property
+    def patch(self) -> str:
+        from dcode.edit import unified_diff
+
+        return unified_diff(self.source, self.edited.code, self.file)
+
+    def written(self, backup: Path | None) -> bool:
+        return not self.refused and (self.target is not None or self.to_stdout or backup is not None)
+
+
+def deliver(plan: Delivery) -> Path | None:
+    """Write the result where it goes; returns the backup of an in-place edit."""
+    from dcode.edit import write_in_place
+    from dcode.files import atomic_write
+
+    try:
+        if plan.refused:
+            sys.stderr.write(plan.patch)
+        elif plan.to_stdout:
+            sys.stdout.write(plan.edited.code)
+            sys.stdout.flush()
+        elif plan.target is not None:
+            atomic_write(plan.target, plan.edited.code)
+        elif plan.changed and plan.writes:
+            return write_in_place(plan.file, plan.edited.code)
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        where = "stdout" if plan.to_stdout else plan.target or plan.file
+        fail(f"cannot write {where}: {error.strerror or error}", RUNTIME)
+    except KeyboardInterrupt as error:
+        interrupted(error)
+    return None
+
+
+def report_edit(plan: Delivery, backup: Path | None, old_span: str, model: str, dry_run: bool, quiet: bool) -> None:
+    """The lines on stderr after an edit, and its exit code (3: syntax errors in the result)."""
+    from dcode.edit import describe
+
+    edited, file, target = plan.edited, plan.file, plan.target
+    grew = edited.new_region[1] > edited.new_region[0]
+    new_span = describe(edited.code, edited.new_region) if grew else "nothing"
+    if dry_run:
+        typer.echo("dcode: dry run: nothing written", err=True)
+    if not quiet:
+        typer.echo(summary_line(edited.metadata(), model), err=True)
+        if plan.written(backup) and target is not None:
+            typer.echo(f"dcode: wrote {target} ({old_span} of {file} -> {new_span}); {file} untouched", err=True)
+        elif backup is not None:
+            typer.echo(f"dcode: edited {file} ({old_span} -> {new_span}); backup: {backup}", err=True)
+        elif not plan.changed:
+            typer.echo(f"dcode: {file}: the edit changed nothing; nothing written", err=True)
+    if plan.changed and new_span == "nothing":
+        typer.echo(f"dcode: warning: the edit deleted {old_span} of {file}", err=True)
+    if plan.refused:
+        typer.echo(
+            f"dcode: error: the edit leaves {edited.errors_after} syntax error(s) in {file}, which parsed before; "
+            "nothing written (the diff is above)",
+            err=True,
+        )
+        raise typer.Exit(SYNTAX)
+    if edited.errors_after:
+        had = f" (it had {edited.original_errors})" if edited.original_errors else ""
+        where = f"the edited {file} would have" if not plan.writes else f"{target or file} has"
+        if plan.to_stdout:
+            where = "the edited code on stdout has"
+        typer.echo(f"dcode: warning: {where} {edited.errors_after} syntax error(s){had}", err=True)
+        raise typer.Exit(SYNTAX)
+
+
+def finish_edit(
+    plan: Delivery, output: str | None, model: str, keys: Mapping[str, object], old_span: str, **say: bool
+) -> None:
+    """Deliver an edit, print its --json report (or its diff, when nothing is written) and its lines
+    on stderr, and exit 3 when the result has syntax errors. `model`: as the summary line names it;
+    `keys`: the report's model, language and selection keys; `say`: as_json, dry_run, quiet."""
+    backup = deliver(plan)
+    if say["as_json"]:
+        report = {
+            "path": str(plan.file),
+            "output": output,
+            "backup": str(backup) if backup is not None else None,
+            "written": plan.written(backup),
+            "changed": plan.changed,
+            **keys,
+            "diff": plan.patch,
+            **plan.edited.metadata(),
+        }
+        typer.echo(json.dumps(report, indent=2))
+    elif not plan.writes:
+        sys.stdout.write(plan.patch)
+        sys.stdout.flush()
+    report_edit(plan, backup, old_span, model, say["dry_run"], say["quiet"])
+
+
+def finish_repair(
+    source: str,
+    done: Repaired,
+    file: Path,
+    target: Path | None,
+    to_stdout: bool,
+    keys: Mapping[str, object],
+    **say: bool,
+) -> None:
+    """Deliver a repair: a diff (--diff), stdout (-o -), or the file or -o FILE (only if it got
+    better); its --json report (`keys`: the model keys of a served repair) or its line on stderr;
+    exit 3 when issues remain. `say`: diff, as_json, quiet."""
+    from dcode.edit import unified_diff
+
+    changed = done.code != source
+    if say["diff"]:
+        sys.stdout.write(unified_diff(source, done.code, file))
+        sys.stdout.flush()
+    elif to_stdout:
+        sys.stdout.write(done.code)
+        sys.stdout.flush()
+    elif changed:
+        write_repaired(target or file, done.code)
+    if say["as_json"]:
+        typer.echo(json.dumps({"path": str(target or file), "changed": changed, **keys, **done.metadata()}))
+    elif not say["quiet"]:
+        typer.echo(
+            f"dcode: {file}: {done.issues_before} -> {done.issues_after} syntax issue(s) in {done.rounds} round(s)"
+            + ("" if changed or say["diff"] or to_stdout else ", file unchanged"),
+            err=True,
+        )
+    raise typer.Exit(SYNTAX if done.issues_after else OK)
+
+
+def write_repaired(path: Path, code: str) -> None:
+    """Replace path atomically; a failure is one line (exit 1), Ctrl-C or SIGTERM leave no temp file."""
+    from dcode.files import atomic_write
+
+    try:
+        atomic_write(path, code)
+    except OSError as error:
+        fail(f"cannot write {path}: {error.strerror or error}", RUNTIME)
+    except KeyboardInterrupt as error:
+        interrupted(error)
