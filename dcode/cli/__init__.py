@@ -372,5 +372,5 @@ def main() -> None:
 
 
 # The commands register themselves on `app` when imported.
-from dcode.cli import bench, checking, editing, generate, listing  # noqa: E402, F401
+from dcode.cli import bench, checking, editing, generate, listing, serving  # noqa: E402, F401
 from dcode.cli.generate import new  # noqa: E402, F401  (re-exported for tests)
