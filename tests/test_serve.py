@@ -103,15 +103,16 @@ def sse_data(lines: Iterator[str]) -> Iterator[Any]:
 
 def test_openai_client_chat_streamed_and_not(server: Served) -> None:
     request = "a function that adds two numbers"
-    expected = local_new(server.engine, request).code
+    local = local_new(server.engine, request, 32)
+    expected = local.code
     client = server.client()
     messages = [{"role": "user", "content": request}]
-    answer = client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=48)
+    answer = client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=32)
     assert answer.choices[0].message.content == expected
-    assert answer.usage.completion_tokens == local_new(server.engine, request).tokens
+    assert answer.usage.completion_tokens == local.tokens
     chunks = list(
         client.chat.completions.create(
-            model="dcode-tiny", messages=messages, max_tokens=48, stream=True, stream_options={"include_usage": True}
+            model="dcode-tiny", messages=messages, max_tokens=32, stream=True, stream_options={"include_usage": True}
         )
     )
     texts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
@@ -131,17 +132,17 @@ def test_completions_with_suffix_fill_the_middle(server: Served) -> None:
         engine.model,
         encode(prefix, add_special_tokens=False),
         encode(suffix, add_special_tokens=False),
-        24,
+        12,
         engine.config,
     )
     assert isinstance(done, pipeline.Finished) and done.code.strip()
     client = server.client()
-    answer = client.completions.create(model="dcode-tiny", prompt=prefix, suffix=suffix, max_tokens=24)
+    answer = client.completions.create(model="dcode-tiny", prompt=prefix, suffix=suffix, max_tokens=12)
     assert answer.choices[0].text == done.code
-    streamed = client.completions.create(model="dcode-tiny", prompt=prefix, suffix=suffix, max_tokens=24, stream=True)
+    streamed = client.completions.create(model="dcode-tiny", prompt=prefix, suffix=suffix, max_tokens=12, stream=True)
     assert "".join(c.choices[0].text for c in streamed) == done.code
     fim = post(
-        server.url, "/v1/fim/completions", {"model": "dcode-tiny", "prompt": prefix, "suffix": suffix, "max_tokens": 24}
+        server.url, "/v1/fim/completions", {"model": "dcode-tiny", "prompt": prefix, "suffix": suffix, "max_tokens": 12}
     )
     assert fim.status_code == 200 and fim.json()["choices"][0]["text"] == done.code
 
@@ -187,11 +188,11 @@ def test_frames_round_trip_through_json() -> None:
 def test_batched_forwards_equal_unbatched(server: Served) -> None:
     """Threads sampling through one Batcher get the canvases each gets alone, in fewer forwards."""
     model, config = server.engine.model, server.engine.config
-    prompts = ["fizzbuzz", "binary search", "fizzbuzz", "quick sort", "binary search"]
+    prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
     for p in prompts:
         ids = pipeline.prompt_ids(model, p, "python")
-        canvases.append((torch.tensor(ids + [facts_mask(model)] * 40), len(ids)))
+        canvases.append((torch.tensor(ids + [facts_mask(model)] * 24), len(ids)))
     alone = [final(denoise(model, c, s, config)) for c, s in canvases]
     batcher = Batcher(model, wait=2.0)  # a long wait: every worker's call joins the round
     together: list[Any] = [None] * len(prompts)
@@ -224,14 +225,14 @@ def test_eight_clients_at_once_get_their_own_answers(server: Served) -> None:
         "hello world",
         "a stack class",
     ]
-    expected = {r: local_new(server.engine, r, 32).code for r in set(requests)}
+    expected = {r: local_new(server.engine, r, 16).code for r in set(requests)}
     got: list[str | None] = [None] * len(requests)
     client = server.client()
 
     def ask(i: int) -> None:
         messages = [{"role": "user", "content": requests[i]}]
         got[i] = (
-            client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=32)
+            client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=16)
             .choices[0]
             .message.content
         )
