@@ -35,7 +35,7 @@ from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise, final  # noqa: E402
 from dcode.serve import wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
-from dcode.serve.batching import Batcher  # noqa: E402
+from dcode.serve.batching import Batcher, Call, run_native  # noqa: E402
 from dcode.serve.engine import Engine, fill_middle  # noqa: E402
 
 KEY = "test-key"
@@ -355,3 +355,29 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_exits_0() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_one_forward_for_calls_at_different_cache_and_input_lengths(server: Served) -> None:
+    """run_native's rows equal each call run alone: caches of 0, 16 and 40 positions, inputs of
+    20, 16 and 8 tokens, 1, 3 and 2 rows (padding and the other rows are never seen)."""
+    model = server.engine.model
+    gen = torch.Generator().manual_seed(0)
+    calls, alone = [], []
+    for cached, width, rows in ((0, 20, 1), (16, 16, 3), (40, 8, 2)):
+        cache, twin = model.new_cache(), model.new_cache()
+        if cached:
+            prefix = torch.randint(3, 8000, (1, cached), generator=gen)
+            model(prefix, cache)
+            model(prefix, twin)
+        ids = torch.randint(3, 8000, (rows, width), generator=gen)
+        alone.append((model(ids, twin), twin))
+        calls.append(Call(ids, cache))
+    run_native(model, calls)
+    for call, (logits, twin) in zip(calls, alone, strict=True):
+        assert call.result is not None and torch.allclose(call.result, logits, atol=1e-4)
+        assert call.cache.length == twin.length
+        assert all(
+            torch.allclose(a, b, atol=1e-5)
+            for x, y in zip(call.cache.layers, twin.layers, strict=True)
+            for a, b in zip(x, y, strict=True)
+        )

@@ -73,6 +73,11 @@ def rows_mask(starts: list[int], lengths: list[int], width: int, cached: int, bl
     return seen[:, None]
 
 
+def ids_dtype(qwen: Any) -> torch.dtype:
+    """The dtype of the network's keys and values (its weights')."""
+    return qwen.lm_head.weight.dtype  # type: ignore[no-any-return]
+
+
 def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
     """One forward of the native Qwen2 for calls at any cache length and input length: rows stacked,
     caches right-padded to the longest, inputs right-padded, each row at its own positions (RoPE)
@@ -86,8 +91,12 @@ def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
     ids = torch.cat([F.pad(call.ids, (0, width - call.ids.shape[1]), value=facts.pad_id) for call in calls])
     past: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(qwen.model.layers)
     if cached:
+        kv_shape = next(c.cache.layers[0][0].shape for c in calls if c.cache is not None and c.cache.layers)
 
         def padded(call: Call, i: int, j: int) -> torch.Tensor:  # (R, Hkv, C, D)
+            if call.cache is None or not call.cache.layers:  # nothing cached yet: all padding
+                empty = torch.zeros(1, kv_shape[1], cached, kv_shape[3], dtype=ids_dtype(qwen), device=device)
+                return empty.expand(len(call.ids), -1, -1, -1)
             keys = call.cache.layers[i][j][:1]
             keys = F.pad(keys, (0, 0, 0, cached - keys.shape[2]))
             return keys.expand(len(call.ids), -1, -1, -1)

@@ -21,8 +21,9 @@ DONE = "data: [DONE]\n\n"
 
 
 def sse(data: Mapping[str, Any]) -> str:
-    """One Server-Sent Event: `data: {json}` and a blank line."""
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    """One Server-Sent Event: `data: {json}` and a blank line. ASCII JSON: a client that splits
+    lines as str.splitlines does (at U+2028, U+0085) still gets one event per line."""
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
