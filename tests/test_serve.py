@@ -228,6 +228,7 @@ def test_eight_clients_at_once_get_their_own_answers(server: Served) -> None:
     expected = {r: local_new(server.engine, r, 16).code for r in set(requests)}
     got: list[str | None] = [None] * len(requests)
     client = server.client()
+    calls, forwards = server.engine.batcher.calls, server.engine.batcher.forwards
 
     def ask(i: int) -> None:
         messages = [{"role": "user", "content": requests[i]}]
@@ -243,6 +244,7 @@ def test_eight_clients_at_once_get_their_own_answers(server: Served) -> None:
     for t in threads:
         t.join()
     assert got == [expected[r] for r in requests]
+    assert server.engine.batcher.forwards - forwards < server.engine.batcher.calls - calls  # passes were shared
 
 
 # ---------------------------------------------------------------------------------------------

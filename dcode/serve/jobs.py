@@ -1,10 +1,10 @@
 """A request body -> a Job, or a BadRequest with the status, message and parameter to blame.
 
-Owns what `dcode serve` accepts: the OpenAI fields (model, messages, prompt, suffix, max_tokens,
-temperature, top_p, seed, stop, stream, stream_options, n) and dcode's (`diffusing`, and a `dcode`
-object with `repair`, `language` and sampler option names), their types and ranges. Unknown
-fields are ignored, as OpenAI-compatible servers do. Pure Python: no torch, no web framework;
-nothing here reaches the model.
+Owns what `dcode serve` accepts: the OpenAI fields (model, messages, prompt, suffix, max_tokens or
+max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options, n) and dcode's
+(`diffusing`, and a `dcode` object with `repair`, `language` and sampler option names), their
+types and ranges. Unknown fields are ignored, as OpenAI-compatible servers do. Pure Python: no
+torch, no web framework; nothing here reaches the model.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         kind=kind,
         text=text,
         suffix=suffix,
-        max_tokens=_number(body, "max_tokens", 1, 2**31, integer=True),
+        max_tokens=_number(body, "max_tokens" if "max_tokens" in body else "max_completion_tokens", 1, 2**31, True),
         settings=settings,
         stream=bool(_typed(body, "stream", (bool,), "true or false")),
         include_usage=bool(_typed(options, "include_usage", (bool,), "true or false")),
