@@ -12,7 +12,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from dcode.serve import wire
-from dcode.serve.engine import Engine, Overloaded
+from dcode.serve.engine import Engine, Overloaded, Plan
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.wire import Kind
 
@@ -111,7 +111,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, max_body: int = MA
     return app
 
 
-async def run(request: Request, engine: Engine, plan: Any) -> Any:
+async def run(request: Request, engine: Engine, plan: Plan) -> Any:
     """Submit the plan and answer: one JSON object, or a stream of chunks."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -152,7 +152,7 @@ async def run(request: Request, engine: Engine, plan: Any) -> Any:
     return error_response(failure or BadRequest("the request was cancelled", None, 500, kind="server_error"))
 
 
-async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Any, plan: Any) -> AsyncIterator[str]:
+async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], None], plan: Plan) -> AsyncIterator[str]:
     """SSE lines from the worker's chunks; the usage chunk when asked; [DONE]. If the client goes
     away, Starlette cancels this generator and the worker stops at its next forward pass."""
     usage: dict[str, int] | None = None

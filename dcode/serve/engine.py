@@ -219,7 +219,7 @@ class Engine:
             encode = model.tokenizer.encode
             prefix = list(encode(job.text, add_special_tokens=False)) if job.text else []
             suffix = list(encode(job.suffix, add_special_tokens=False)) if job.suffix else []
-        if not prefix and facts.shifted | (facts.noise == "uniform"):
+        if not prefix and (facts.shifted or facts.noise == "uniform"):
             raise BadRequest(f"{self.served} needs a non-empty prompt before the text it writes", "prompt")
         room = facts.max_length - len(prefix) - len(suffix)
         length = job.max_tokens if job.max_tokens is not None else min(self.length, room)
