@@ -1,9 +1,10 @@
 """dcode-tiny behind `dcode serve`: throughput and latency at 1, 4 and 16 concurrent clients.
 
-    python benchmarks/serve.py                # 16 requests, max_tokens 64, batching on and off
+    python benchmarks/serve.py                # 16 requests, max_tokens 64, --batching and --no-batching
 
 Starts `dcode serve` in a subprocess on a free loopback port (once with the batched forward
-passes, once with threads alone), sends the same requests (the first N prompts of
+passes and torch's default intra-op threads, once with threads alone and one intra-op thread
+each), sends the same requests (the first N prompts of
 benchmarks/prompts.jsonl as chat requests with `"diffusing": true`) one at a time, then from 4
 and from 16 concurrent clients, and reports requests/s, answer tokens/s, p50/p95 latency and time
 to first frame (the first streamed chunk). Writes docs/benchmarks/serve/serve.json and serve.md
@@ -41,7 +42,10 @@ def start_server(batching: bool) -> tuple[subprocess.Popen[str], str]:
     sock.close()
     argv = [sys.executable, "-m", "dcode.cli", "serve", "--port", str(port), "--max-batch", "16"]
     argv.append("--batching" if batching else "--no-batching")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    # Each mode at its own best: one batched forward at a time uses every core (torch's default);
+    # threads alone run many forwards at once, one core each (more would oversubscribe the cores).
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **({} if batching else {"OMP_NUM_THREADS": "1"}))
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -171,7 +175,7 @@ def main() -> None:
     report = {
         "command": "python benchmarks/serve.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "weights_sha256": hashlib.sha256(WEIGHTS.read_bytes()).hexdigest(),
         "requests": len(prompts),
         "max_tokens": args.max_tokens,

@@ -108,13 +108,14 @@ def serve(
         ),
     ] = 64,
     batching: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--batching/--no-batching",
             envvar="DCODE_BATCHING",
-            help="Run the forward passes of requests running together as one batch.",
+            help="Run the forward passes of requests running together as one batch "
+            "(default: on a GPU; on a CPU each request runs its own forward passes in its own thread).",
         ),
-    ] = True,
+    ] = None,
     length: Annotated[
         int, typer.Option("--length", envvar="DCODE_LENGTH", min=1, help="max_tokens when a request gives none.")
     ] = DEFAULT_LENGTH,
@@ -161,7 +162,9 @@ def serve(
         repair_tries=repair_tries,
         max_batch=max_batch,
         max_queue=max_queue,
-        batch=batching,
+        # On a CPU the forward passes are compute-bound and threads alone served more requests per
+        # second than batching (docs/benchmarks/serve/serve.md); a GPU is idle between small forwards.
+        batch=batching if batching is not None else denoiser.device.type != "cpu",
     )
     where = sock.getsockname()
     typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)
