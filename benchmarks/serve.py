@@ -1,10 +1,10 @@
 """dcode-tiny behind `dcode serve`: throughput and latency at 1, 4 and 16 concurrent clients.
 
-    python benchmarks/serve.py                # 16 requests, max_tokens 64, --batching and --no-batching
+    python benchmarks/serve.py                # 16 requests, max_tokens 64, modes threads, batched, busy0
 
-Starts `dcode serve` in a subprocess on a free loopback port (once with the batched forward
-passes and torch's default intra-op threads, once with threads alone and one intra-op thread
-each), sends the same requests (the first N prompts of
+Starts `dcode serve` in a subprocess on a free loopback port once per mode (threads: each request
+its own forwards, --no-batching; batched: --batching; busyN: --batching --busy-draft N), every
+server with the same torch intra-op threads (--threads, default 1), sends the same requests (the first N prompts of
 benchmarks/prompts.jsonl as chat requests with `"diffusing": true`) one at a time, then from 4
 and from 16 concurrent clients, and reports requests/s, answer tokens/s, p50/p95 latency and time
 to first frame (the first streamed chunk). Writes docs/benchmarks/serve/serve.json and serve.md
@@ -35,17 +35,22 @@ OUT = ROOT / "docs" / "benchmarks" / "serve"
 WEIGHTS = ROOT / "dcode" / "assets" / "dcode-tiny" / "model.safetensors"
 
 
-def start_server(batching: bool) -> tuple[subprocess.Popen[str], str]:
+def start_server(mode: str, threads: int) -> tuple[subprocess.Popen[str], str]:
+    """`dcode serve` for a mode: "threads" (--no-batching, one intra-op thread per request),
+    "batched" (--batching), or "busyN" (--batching --busy-draft N)."""
+    batching = mode != "threads"
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
     argv = [sys.executable, "-m", "dcode.cli", "serve", "--port", str(port), "--max-batch", "16"]
     argv.append("--batching" if batching else "--no-batching")
-    # Each mode at its own best: one batched forward at a time uses every core (torch's default);
-    # threads alone run many forwards at once, one core each (more would oversubscribe the cores).
+    if mode.startswith("busy"):
+        argv += ["--busy-draft", mode[len("busy") :]]
+    # The same intra-op threads for every mode and every client count, so that one at a time and
+    # concurrent are compared on equal terms (OMP_NUM_THREADS; the report states it).
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **({} if batching else {"OMP_NUM_THREADS": "1"}))
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(threads))
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -113,11 +118,14 @@ def run_level(url: str, prompts: list[str], clients: int, max_tokens: int) -> di
     }
 
 
-def measure(batching: bool, prompts: list[str], levels: list[int], max_tokens: int) -> list[dict[str, Any]]:
-    proc, url = start_server(batching)
+def measure(mode: str, threads: int, prompts: list[str], levels: list[int], max_tokens: int) -> list[dict[str, Any]]:
+    proc, url = start_server(mode, threads)
     try:
         ask(url, prompts[0], 8)  # warm-up: first-call costs out of the numbers
-        rows = [run_level(url, prompts, clients, max_tokens) for clients in levels]
+        rows = []
+        for clients in levels:
+            rows.append(run_level(url, prompts, clients, max_tokens))
+            rows[-1]["load_average"] = round(os.getloadavg()[0], 2)  # the machine is shared: how busy it was
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -125,7 +133,6 @@ def measure(batching: bool, prompts: list[str], levels: list[int], max_tokens: i
     for row in rows:
         row["same_answers"] = row.pop("codes") == reference
         row["speedup"] = round(row["requests_per_second"] / rows[0]["requests_per_second"], 2)
-        mode = "batched" if batching else "threads"
         print(
             f"{mode:8} {row['clients']:>3} clients: {row['requests_per_second']:6.2f} req/s "
             f"{row['tokens_per_second']:7.1f} tok/s  latency p50 {row['latency_p50']:6.2f} s p95 "
@@ -143,18 +150,21 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{report['command']}` on {report['date']} ({report['machine']}),",
         f"weights sha256 `{report['weights_sha256']}`.",
         f"{report['requests']} chat requests (benchmarks/prompts.jsonl), max_tokens {report['max_tokens']}, "
-        "streamed with `diffusing: true`; 1 client = one at a time.",
+        f"streamed with `diffusing: true`; 1 client = one at a time; every server with "
+        f"OMP_NUM_THREADS={report['threads']}; `vs best` divides by the fastest one-at-a-time row "
+        f"({report['best_one_at_a_time']} req/s); `load` is the 1-minute load average after the row.",
         "",
-        "| forward passes | clients | req/s | tok/s | latency p50 | p95 | first frame p50 | p95 | vs 1 client "
-        "| same answers |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| mode | clients | req/s | tok/s | latency p50 | p95 | first frame p50 | p95 | vs 1 client "
+        "| vs best | same answers | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for mode, rows in report["results"].items():
         for r in rows:
             lines.append(
                 f"| {mode} | {r['clients']} | {r['requests_per_second']} | {r['tokens_per_second']} | "
                 f"{r['latency_p50']} s | {r['latency_p95']} s | {r['first_frame_p50']} s | {r['first_frame_p95']} s | "
-                f"x{r['speedup']} | {'yes' if r['same_answers'] else 'NO'} |"
+                f"x{r['speedup']} | x{r['vs_best_one_at_a_time']} | {'yes' if r['same_answers'] else 'NO'} | "
+                f"{r['load_average']} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -164,14 +174,17 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levels", default="1,4,16")
-    parser.add_argument("--modes", default="batched,threads", help="batched, threads or both")
+    parser.add_argument(
+        "--modes", default="threads,batched,busy0", help="threads, batched, busyN (batched with --busy-draft N)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--threads", type=int, default=1, help="the server's torch intra-op threads, every mode")
     args = parser.parse_args()
     rows = [json.loads(line) for line in (ROOT / "benchmarks" / "prompts.jsonl").read_text().splitlines() if line]
     prompts = [r["prompt"] for r in rows if r.get("lang", "python") == "python"][: args.requests]
     levels = [int(n) for n in args.levels.split(",")]
     modes = args.modes.split(",")
-    results = {mode: measure(mode == "batched", prompts, levels, args.max_tokens) for mode in modes}
+    results = {mode: measure(mode, args.threads, prompts, levels, args.max_tokens) for mode in modes}
     report = {
         "command": "python benchmarks/serve.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -179,8 +192,14 @@ def main() -> None:
         "weights_sha256": hashlib.sha256(WEIGHTS.read_bytes()).hexdigest(),
         "requests": len(prompts),
         "max_tokens": args.max_tokens,
+        "threads": args.threads,
         "results": results,
     }
+    best = max(rows[0]["requests_per_second"] for rows in results.values() if rows[0]["clients"] == 1)
+    report["best_one_at_a_time"] = best
+    for rows in results.values():
+        for row in rows:
+            row["vs_best_one_at_a_time"] = round(row["requests_per_second"] / best, 2)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "serve.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "serve.md").write_text(markdown(report))

@@ -34,7 +34,7 @@ from dcode.events import Finished, Step, drain  # noqa: E402
 from dcode.models import load  # noqa: E402
 from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
-from dcode.serve import wire  # noqa: E402
+from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
 from dcode.serve.batching import Batcher, Call, run_native  # noqa: E402
 from dcode.serve.engine import Engine, fill_middle  # noqa: E402
@@ -63,7 +63,7 @@ def free_socket() -> socket.socket:
 def server() -> Iterator[Served]:
     model = load(None)
     config = merge_family_defaults(SamplerConfig(), set(), model.facts.defaults)  # what `dcode serve` runs by default
-    engine = Engine(model, config, length=48, max_batch=8, max_queue=8)
+    engine = Engine(model, config, length=48, max_batch=8, max_queue=8, busy_draft=0)  # under load: one row a pass
     sock = free_socket()
     instance = uvicorn.Server(uvicorn.Config(create_app(engine, api_key=KEY), log_level="warning", lifespan="off"))
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -214,6 +214,16 @@ def facts_mask(model: Any) -> int:
     return int(model.facts.mask_id)
 
 
+def test_under_load_the_verify_rule_drafts_less_unless_the_request_chose(server: Served) -> None:
+    engine = server.engine
+    assert engine.config.rule == "verify" and engine.config.draft > 0
+    plain = engine.plan(jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}]}, "dcode-tiny"))
+    assert engine.under_load(plain).config.draft == 0
+    body = {"messages": [{"role": "user", "content": "f"}], "dcode": {"draft": 4}}
+    chosen = engine.plan(jobs.parse("chat", body, "dcode-tiny"))
+    assert engine.under_load(chosen).config.draft == 4
+
+
 def test_eight_clients_at_once_get_their_own_answers(server: Served) -> None:
     requests = [
         "fizzbuzz",
@@ -243,7 +253,7 @@ def test_eight_clients_at_once_get_their_own_answers(server: Served) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert got == [expected[r] for r in requests]
+    assert got == [expected[r] for r in requests]  # drafted alone, one token a pass under load: same answers
     assert server.engine.batcher.forwards - forwards < server.engine.batcher.calls - calls  # passes were shared
 
 

@@ -101,6 +101,16 @@ def serve(
     length: Annotated[
         int, typer.Option("--length", envvar="DCODE_LENGTH", min=1, help="max_tokens when a request gives none.")
     ] = DEFAULT_LENGTH,
+    busy_draft: Annotated[
+        int | None,
+        typer.Option(
+            "--busy-draft",
+            envvar="DCODE_BUSY_DRAFT",
+            min=0,
+            help="Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
+            "default: --draft).",
+        ),
+    ] = None,
     repair: Annotated[
         bool,
         typer.Option(
@@ -132,6 +142,7 @@ def serve(
         # On a CPU the forward passes are compute-bound and threads alone served more requests per
         # second than batching (docs/benchmarks/serve/serve.md); a GPU is idle between small forwards.
         batch=batching if batching is not None else denoiser.device.type != "cpu",
+        busy_draft=busy_draft,
     )
     where = sock.getsockname()
     typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)

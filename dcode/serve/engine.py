@@ -192,8 +192,10 @@ class Engine:
         max_batch: int = 16,
         max_queue: int = 64,
         batch: bool = True,
+        busy_draft: int | None = None,
     ) -> None:
         self.model, self.config, self.length = model, config, length
+        self.busy_draft = busy_draft  # the verify rule's --draft while other requests run (None: unchanged)
         self.repair_rounds, self.repair_tries = repair_rounds, repair_tries
         self.batcher = Batcher(model, batch=batch)
         self.served = model.facts.name
@@ -241,6 +243,15 @@ class Engine:
             return pipeline.new(model, job.text, job.language, plan.length, plan.config, plan.rounds, self.repair_tries)
         return fill_middle(model, plan.prefix, plan.suffix, plan.length, plan.config)
 
+    def under_load(self, plan: Plan) -> Plan:
+        """The plan run while other requests run too: the verify rule with --busy-draft drafts a
+        pass. Its answer is the one-token-per-pass answer whatever the draft (dcode.rules), so only
+        the cost changes: fewer rows per pass, fewer of them wasted, more requests per forward.
+        A request that set its own draft keeps it."""
+        if self.busy_draft is None or plan.config.rule != "verify" or "draft" in plan.job.settings:
+            return plan
+        return replace(plan, config=replace(plan.config, draft=min(plan.config.draft, self.busy_draft)))
+
     def submit(self, plan: Plan, emit: Emit) -> Callable[[], None]:
         """Start the job in a worker thread; returns its cancel function. Overloaded when full."""
         with self._lock:
@@ -266,7 +277,8 @@ class Engine:
                     return
             with self._lock:
                 self._running += 1
-            self._run(plan, emit, cancelled)
+                busy = self._admitted > 1
+            self._run(self.under_load(plan) if busy else plan, emit, cancelled)
         except Cancelled:
             pass
         except Exception as error:  # a failure inside the model: a 500 with a message, never a traceback
