@@ -1,6 +1,8 @@
-"""Token choice and commit rules: pure functions over one pass's logits, which the sampling loop
-(dcode.sampler.denoise) applies. Knows nothing of models, blocks or caches: each takes the rows
-(positions still to fill) of one pass and returns tokens, scores or the rows to commit.
+"""Logit filters, token choice and commit rules: pure functions over one pass's logits, which the
+sampling loop (dcode.sampler.denoise) applies. Knows nothing of models, blocks or caches: each
+takes the rows (positions still to fill) of one pass and returns filtered logits, tokens, scores
+or the rows to commit. The filters, like transformers' logits processors, each take logits
+(N, V) and return new ones: suppress_tokens, penalize_repeats, top_p_filter.
 """
 
 from __future__ import annotations
@@ -10,7 +12,26 @@ from collections.abc import Callable
 import torch
 
 # ---------------------------------------------------------------------------------------------
-# Token choice and certainty: pure functions over (N, V) logits of the masked positions.
+# Logit filters: (N, V) logits in, new (N, V) logits out; the input is never written.
+
+
+def suppress_tokens(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The token ids (k,) made impossible (-inf) in every row of logits (N, V): the mask id (a
+    mask is never an answer) and the ids a caller bans. Example: ids [1]: [[2, 5, 3]] -> [[2, -inf, 3]]."""
+    return logits.index_fill(-1, ids, float("-inf"))
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty (Keskar et al. 2019, eq. 2 as llama.cpp applies it): the logits
+    (n, V) of the token ids in `seen` (k,) divided by `penalty` where positive, multiplied where
+    negative, so the repeat always gets less likely. Example: penalty 2: [4, -1] -> [2, -2]."""
+    if penalty == 1.0 or len(seen) == 0:
+        return logits
+    ids = seen.unique()
+    picked = logits[:, ids]
+    penalized = logits.clone()
+    penalized[:, ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return penalized
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -23,6 +44,10 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     drop = cumulative - ordered.softmax(dim=-1) >= top_p  # the top token is always kept
     ordered = ordered.masked_fill(drop, float("-inf"))
     return torch.full_like(logits, float("-inf")).scatter(-1, index, ordered)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token choice and certainty: pure functions over (N, V) logits of the masked positions.
 
 
 def gumbel_noise(shape: tuple[int, ...], gen: torch.Generator, device: torch.device) -> torch.Tensor:
@@ -83,18 +108,6 @@ SCORES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.
 
 # ---------------------------------------------------------------------------------------------
 # Commit rules: which of the N candidate rows to fill this pass. Each returns row indices.
-
-
-def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL's repetition penalty (Keskar et al. 2019, eq. 2 as llama.cpp applies it): the logits
-    (n, V) of the token ids in `seen` (k,) divided by `penalty` where positive, multiplied where
-    negative, so the repeat always gets less likely. Example: penalty 2: [4, -1] -> [2, -2]."""
-    if penalty == 1.0 or len(seen) == 0:
-        return logits
-    ids = seen.unique()
-    picked = logits[:, ids]
-    logits[:, ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
-    return logits
 
 
 def schedule_counts(masked: int, steps: int) -> list[int]:

@@ -4,22 +4,26 @@ Pure tensor code: takes a denoiser (see dcode.models.base) and a canvas of token
 positions are still to fill (by default those holding the mask token), and fills them block by
 block. A masked-diffusion model sees those positions as masks; a uniform-noise model
 (DiffusionGemma) sees them as random tokens, re-noised before every pass, and may be fed the
-previous pass's logits. Which positions a pass writes, and with what, the pure functions of
-dcode.rules decide (fixed schedule, threshold, entropy bound, verified drafts). Knows nothing
-about tokenizers, tree-sitter, files or the terminal. The CLI, the live view, the repair pass,
-the benchmarks and the tests all consume this generator; "just the result" is final(denoise(...)).
+previous pass's logits. How a pass runs the model is a forward strategy chosen once, before the
+loop (exact block cache, Fast-dLLM's window cache, the full canvas, uniform noise); which
+positions it writes, and with what, commit_rule_pass or verify_pass decides with the pure
+functions of dcode.rules (logit filters, token choice; fixed schedule, threshold, entropy bound,
+verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI,
+the live view, the repair pass, the benchmarks and the tests all consume this generator; "just
+the result" is dcode.events.drain(denoise(...)).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import cast
+from dataclasses import dataclass
 
 import torch
 
 from dcode.config import SamplerConfig
 from dcode.events import Step
-from dcode.models.base import Denoiser, UniformDenoiser, WindowDenoiser
+from dcode.forward import Pass, choose_forward
+from dcode.models.base import Denoiser, ModelFacts
 from dcode.rules import (
     SCORES,
     checked_drafts,
@@ -34,18 +38,12 @@ from dcode.rules import (
     hold_back,
     penalize_repeats,
     schedule_counts,
+    suppress_tokens,
     verified_run,
 )
 
 # ---------------------------------------------------------------------------------------------
 # Uniform noise and the per-block schedule (DiffusionGemma, transformers generation_diffusion_gemma)
-
-
-def uniform_noise(count: int, vocab_size: int, placeholder: int, gen: torch.Generator) -> torch.Tensor:
-    """`count` ids drawn uniformly from the vocabulary less the placeholder id, so that the mask
-    placeholder is never fed to a uniform-noise model. -> (count,)"""
-    ids = torch.randint(vocab_size - 1, (count,), generator=gen)
-    return ids + (ids >= placeholder).long()
 
 
 def linear_temperature(temperature: float, cooling: float, step: int, horizon: int) -> float:
@@ -97,7 +95,216 @@ def trim_answer(tokens: torch.Tensor, eos_ids: frozenset[int], drop: frozenset[i
 
 
 # ---------------------------------------------------------------------------------------------
+# One pass's choices: the candidates, then a commit rule or the verify rule
+
+
+@dataclass(frozen=True)
+class Choosing:
+    """What every pass chooses with, fixed for one denoise() call."""
+
+    config: SamplerConfig
+    gen: torch.Generator
+    start: int  # first answer position: the repetition penalty looks no further back
+    mask_id: int
+    suppressed: torch.Tensor  # (k,) ids never written: the mask id and the banned ids
+    ends: torch.Tensor  # (m,) ids that end the answer: EOS and padding
+    dtype: torch.dtype  # the canvas's (drafts are written into it)
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a pass writes: tokens[picked] at the block's open offsets [picked]."""
+
+    picked: torch.Tensor  # (k,) indices into the pass's open offsets, tokens and scores
+    tokens: torch.Tensor  # (n,) a token per open offset considered
+    scores: torch.Tensor  # (n,) their ordering scores (higher = more certain)
+
+
+def candidate_logits(
+    logits: torch.Tensor, row: torch.Tensor, is_open: torch.Tensor, block: tuple[int, int], choosing: Choosing
+) -> torch.Tensor:
+    """The logits (n, V) of positions to fill in `block`, as choices: never a mask or a banned id,
+    and repeats of what the canvas `row` (L,) shows penalized (CTRL), at the positions before and
+    in the block that is_open (L,) does not mark as still open."""
+    logits = suppress_tokens(logits, choosing.suppressed)
+    penalty = choosing.config.repetition_penalty
+    if penalty == 1.0:
+        return logits
+    s, e = block
+    lo = max(choosing.start, s - choosing.config.repetition_window)
+    seen = row[lo:e][~is_open[lo:e]]  # (k,)
+    return penalize_repeats(logits, seen[~torch.isin(seen, choosing.ends)], penalty)
+
+
+def commit_rule_pass(
+    logits: torch.Tensor,
+    now: Pass,
+    is_open: torch.Tensor,
+    plan: list[int],
+    stable: torch.Tensor | None,
+    choosing: Choosing,
+) -> tuple[Commit, torch.Tensor | None]:
+    """A token and a score for each open offset (n,) from the block's logits (1, e-s, V), then the
+    commit rule's pick: the plan's count of the best (LLaDA's schedule), those at least as probable
+    as the threshold (Fast-dLLM), those within the entropy bound (EB-sampler); or all of them,
+    greedily, on the block's last allowed pass or once its argmax is stable and confident
+    (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
+    config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
+    block_logits = logits[0]  # (e-s, V)
+    candidates = candidate_logits(block_logits[offsets], now.rows[0], is_open, now.block, choosing)  # (n, V)
+    tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
+    scores = SCORES[config.ordering](probs, tokens, gen)
+    settled = False
+    if config.stop_entropy > 0:
+        settled, stable = stable_and_confident(
+            block_logits, now.temperature, choosing.mask_id, stable, config.stop_entropy
+        )
+    if settled or (config.max_block_steps is not None and now.index + 1 >= config.max_block_steps):
+        every = torch.arange(len(offsets), device=offsets.device)
+        return Commit(every, candidates.argmax(dim=-1), scores), stable
+    if config.rule == "schedule":
+        count = plan[now.index] if now.index < len(plan) else len(offsets)
+        return Commit(commit_top(scores, count), tokens, scores), stable
+    if config.rule == "threshold":
+        picked = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
+    else:
+        picked = commit_entropy_bound(entropy(probs), config.entropy_bound)
+    if config.hold_conflicts:
+        picked = hold_back(offsets, tokens, picked, choosing.ends)
+    return Commit(picked, tokens, scores), stable
+
+
+# ---------------------------------------------------------------------------------------------
+# The verify rule: draft, then check the drafts in one batched pass
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """The verify rule's guesses for a block: tokens (e-s,) for its positions still to fill (the
+    mask id where none) and its Gumbel noise (e-s, V), one draw per position for the whole block."""
+
+    tokens: torch.Tensor | None = None
+    noise: torch.Tensor | None = None
+
+
+def verify_rows(
+    canvas: torch.Tensor,
+    open_offsets: torch.Tensor,
+    block: tuple[int, int],
+    drafts: Drafts,
+    size: int,
+    choosing: Choosing,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The drafts (k,) a verify pass checks: for the open offsets but the last (row r decides open
+    offset r with the drafts before it in place; the last row's choice needs none); the rows to
+    feed (k+1, L); and where they are read up to: a pass that may finish the block reads the next
+    one too (still masked), to draft it."""
+    s, e = block
+    drafted = open_offsets[:0]
+    if drafts.tokens is not None:
+        config = choosing.config
+        drafted = checked_drafts(drafts.tokens[open_offsets[:-1]], config.draft, choosing.mask_id, choosing.ends)
+    rows = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
+    reach = min(e + size, len(canvas)) if len(drafted) == len(open_offsets) - 1 else e
+    return drafted, rows, reach
+
+
+def written(is_open: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """is_open (L,) with `positions` (k,) written: what a verify row holding drafts there shows."""
+    row_open = is_open.clone()
+    row_open[positions] = False
+    return row_open
+
+
+def draft_tokens(
+    choices: torch.Tensor,
+    offsets: torch.Tensor,
+    width: int,
+    temperature: float,
+    noise: torch.Tensor | None,
+    choosing: Choosing,
+) -> torch.Tensor:
+    """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
+    candidates (n, V) with the block's noise (width, V); the mask id elsewhere, and from the first
+    draft on whose run's joint probability falls below the floor (a run stands only if each does)."""
+    drafts = torch.full((width,), choosing.mask_id, dtype=choosing.dtype, device=choosing.device)
+    if len(offsets):
+        config = choosing.config
+        chosen, probs = choose_tokens(
+            choices, temperature, config.top_p, choosing.gen, None if noise is None else noise[offsets]
+        )
+        unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
+        drafts[offsets] = chosen.masked_fill(unsure, choosing.mask_id)
+    return drafts
+
+
+def verify_pass(
+    logits: torch.Tensor, now: Pass, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
+) -> tuple[Commit, Drafts, Drafts | None]:
+    """Row r of logits (k+1, reach-s, V) was fed the first r drafts (k,) and chose the token at
+    open offset r; the drafts that are what their row chose stand, and so does the choice of the
+    first row that disagrees (verified_run): what one pass per token, leftmost first, would write.
+    Returns the commit, the block's drafts for the next pass (what the row that saw every token
+    committed now chose for the rest), and the next block's if this pass finishes the block."""
+    config, gen, ends = choosing.config, choosing.gen, choosing.ends
+    (s, e), offsets, temperature, rows, drafted = now.block, now.open_offsets, now.temperature, now.rows, now.drafted
+    noise = drafts.noise
+    if noise is None and temperature > 0:
+        noise = gumbel_noise((e - s, logits.shape[-1]), gen, rows.device)
+    firsts = [
+        candidate_logits(logits[r, offsets[r : r + 1]], rows[r], written(is_open, offsets[:r] + s), now.block, choosing)
+        for r in range(len(rows))
+    ]  # (1, V) each
+    chosen, probs = choose_tokens(
+        torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
+    )
+    confirmed = verified_run(chosen, drafted)
+    ended = confirmed > 0 and bool(torch.isin(drafted[confirmed - 1], ends))  # an end confirmed: nothing after it
+    take = torch.arange(confirmed if ended else confirmed + 1, device=rows.device)
+    tokens = torch.cat([drafted[:confirmed], chosen[confirmed : confirmed + 1]])
+    commit = Commit(take, tokens, chosen_probability(probs, chosen))
+    if not config.draft:  # (--draft 0: no drafts to make)
+        return commit, Drafts(drafts.tokens, noise), None
+    seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
+    later = offsets[confirmed + 1 :]
+    choices = candidate_logits(logits[confirmed, later], rows[confirmed], seen_by, now.block, choosing)
+    following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
+    next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
+    if len(take) < len(offsets) or bool(torch.isin(chosen[confirmed], ends)) or not len(next_open):
+        return commit, following, None
+    fresh = gumbel_noise((now.reach - e, logits.shape[-1]), gen, rows.device) if temperature > 0 else None
+    choices = candidate_logits(logits[confirmed, e - s + next_open], rows[confirmed], seen_by, now.block, choosing)
+    next_block = Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh)
+    return commit, following, next_block
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop
+
+
+def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int) -> None:
+    """The answer ends at its first committed end (or pad) token: what follows is padding, as in
+    training, so the positions still open after it are written with the pad id (no passes)."""
+    hits = (torch.isin(canvas[start:], ends) & ~is_open[start:]).nonzero()
+    if len(hits):
+        rest = is_open.clone()
+        rest[: start + int(hits[0]) + 1] = False
+        canvas[rest] = pad_id
+        is_open[rest] = False
+
+
+def check_arguments(
+    facts: ModelFacts, config: SamplerConfig, canvas: torch.Tensor, start: int, fill: torch.Tensor | None
+) -> None:
+    if facts.shifted and start < 1:
+        raise ValueError("a model with shifted logits needs at least one prompt token")
+    if facts.noise == "uniform" and start < 1:
+        raise ValueError("a uniform-noise model needs at least one prompt token as context")
+    if config.rule == "verify" and facts.noise == "uniform":
+        raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
+    if fill is not None and fill.shape != canvas.shape:
+        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
 
 
 def denoise(
@@ -124,234 +331,77 @@ def denoise(
     Committed positions stay committed. A uniform model's blocks count from `start` (its canvases
     begin where the answer does).
     """
-    facts = model.facts
-    device = model.device
-    canvas = canvas.clone().to(device)
+    facts, device = model.facts, model.device
+    canvas = canvas.clone().to(device)  # (L,)
     length = len(canvas)
-    if facts.shifted and start < 1:
-        raise ValueError("a model with shifted logits needs at least one prompt token")
-    renoiser = cast(UniformDenoiser, model) if facts.noise == "uniform" else None
-    if renoiser is not None and start < 1:
-        raise ValueError("a uniform-noise model needs at least one prompt token as context")
+    check_arguments(facts, config, canvas, start, fill)
+    gen = torch.Generator().manual_seed(config.seed)  # every random draw, in a fixed order
     verify = config.rule == "verify"
-    if verify and renoiser is not None:
-        raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
-    if fill is not None and fill.shape != canvas.shape:
-        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
-    gen = torch.Generator().manual_seed(config.seed)
-    score = SCORES[config.ordering]
-    aligned = facts.block is not None and renoiser is None
-    size = facts.block or config.block or max(1, length - start)
-    cache = model.new_cache() if config.cache else None
-    # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
-    windowed = cast(WindowDenoiser, model)
-    # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
-    approx = config.cache and cache is None and renoiser is None and config.approx_cache != "off" and not verify
-    window_cache = windowed.new_window_cache() if approx and hasattr(model, "new_window_cache") else None
-    is_masked = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)
-    is_masked[:start] = False  # the prompt is never filled
-    canvas[is_masked] = facts.mask_id  # the placeholder every Step shows for a position still to fill
-    masks_total = int(is_masked[start:].sum())
-    forward = 0
-    carry: torch.Tensor | None = None  # logits row of position s-1, for shifted models with a cache
+    forward = choose_forward(model, config, gen)  # exact cache, window cache, full canvas or uniform noise
+    is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
+    is_open[:start] = False  # the prompt is never filled
+    canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
+    open_total = int(is_open[start:].sum())
     # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
-    banned = torch.tensor(sorted(set(ban)), dtype=torch.long, device=device)
-
-    def candidates(
-        row_logits: torch.Tensor, row: torch.Tensor, drafts: int, rows: torch.Tensor, span: tuple[int, int]
-    ) -> torch.Tensor:
-        """The logits (n, V) of positions to fill in the block `span`, as choices: never a mask or
-        a banned id, and repeats of what the canvas `row` (L,) shows penalized, counting the first
-        `drafts` of the block's open offsets `rows` as written (a verify row's drafts)."""
-        row_logits[:, facts.mask_id] = float("-inf")  # a mask is never an answer
-        row_logits[:, banned] = float("-inf")
-        if config.repetition_penalty == 1.0:
-            return row_logits
-        s, e = span
-        lo = max(start, s - config.repetition_window)
-        open_now = is_masked.clone()
-        open_now[rows[:drafts] + s] = False
-        seen = row[lo:e][~open_now[lo:e]]
-        return penalize_repeats(row_logits, seen[~torch.isin(seen, ends)], config.repetition_penalty)
-
-    def drafts_from(
-        choices: torch.Tensor, offsets: torch.Tensor, width: int, temperature: float, noise: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
-        candidates (n, V) with the block's noise; the mask id elsewhere."""
-        drafts = torch.full((width,), facts.mask_id, dtype=canvas.dtype, device=device)
-        if len(offsets):
-            chosen, probs = choose_tokens(
-                choices, temperature, config.top_p, gen, None if noise is None else noise[offsets]
-            )
-            # a run of drafts stands only if each does: stop where its joint probability gets small
-            unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
-            drafts[offsets] = chosen.masked_fill(unsure, facts.mask_id)
-        return drafts
-
-    ahead_of: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}  # block start -> drafts, noise
-    for s, e in block_spans(start, length, size, aligned):
-        in_block = int(is_masked[s:e].sum())
+    suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)
+    choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, canvas.dtype, device)
+    size = facts.block or config.block or max(1, length - start)
+    aligned = facts.block is not None and facts.noise != "uniform"  # a block-causal model's own blocks
+    forwards = 0
+    ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
+    for block in block_spans(start, length, size, aligned):
+        s, e = block
+        in_block = int(is_open[s:e].sum())
         if in_block == 0:
             continue
-        # Passes this block gets under the fixed schedule: its share of the total budget.
-        steps = config.steps or masks_total
-        plan = schedule_counts(in_block, max(1, round(steps * in_block / max(1, masks_total))))
-        a = (s // facts.block) * facts.block if facts.block else s  # first position of s's attention block
-        horizon = config.max_block_steps or in_block  # the passes the temperature schedule spans
-        previous: torch.Tensor | None = None  # (1, e-s, V) last pass's scaled logits (uniform models)
-        before: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
-        # The verify rule's drafts (e-s,) for positions still to fill and its Gumbel noise (e-s, V),
-        # one draw per position; the pass that finished the block before may have drafted this one.
-        proposal, noise = ahead_of.pop(s, (None, None))
-        step_in_block = 0
-        while bool(is_masked[s:e].any()):
-            # (verify: one temperature, so that its fewer passes sample what one per pass samples)
-            temperature = (
-                config.temperature
-                if verify
-                else linear_temperature(config.temperature, config.cooling, step_in_block, horizon)
-            )
-            rows = is_masked[s:e].nonzero()[:, 0]  # block offsets of the positions to fill
-            # the verify rule's drafts to check: for the open positions but the last (row r decides
-            # position r with the drafts before it in place; the last row's choice needs no draft)
-            drafted = (
-                rows[:0] if proposal is None else checked_drafts(proposal[rows[:-1]], config.draft, facts.mask_id, ends)
-            )
-            feed = draft_rows(canvas, rows[: len(drafted)] + s, drafted) if verify else canvas[None]  # (R, L)
-            # A verify pass that may finish the block reads the next block too (still masked), to draft it.
-            reach = min(e + size, length) if verify and len(drafted) == len(rows) - 1 else e
-            # 1) forward: with a cache only the uncached stretch up to `reach`; logits (R, reach-s, V)
-            if renoiser is not None:
-                # The context goes into the cache once, clean (without a cache: every pass, afresh);
-                # the block goes in alone, its unfilled positions re-noised.
-                context = cache if cache is not None else renoiser.new_cache()
-                c = context.length
-                if c < s:
-                    renoiser.extend(canvas[None, c:s], context)
-                noisy = canvas[s:e].clone()
-                noisy[rows] = uniform_noise(len(rows), facts.vocab_size, facts.mask_id, gen).to(device)
-                logits = renoiser(noisy[None], context, previous=previous)  # (1, e-s, V)
-                previous = logits / temperature if temperature > 0 else logits
-                fed = e - c
-            elif cache is not None:
-                c = cache.length
-                out = model(feed[:, c:reach], cache)  # (R, reach-c, V)
-                cache.crop(a)  # keep finished blocks only
-                fed = (reach - c) * len(feed)
-                if facts.shifted:
-                    if c <= s - 1:
-                        carry = out[0, s - 1 - c]  # the same in every row: it lies before the block
-                    assert carry is not None
-                    logits = torch.cat([carry.expand(len(feed), 1, -1), out[:, s - c : reach - c - 1]], dim=1)
-                else:
-                    logits = out[:, s - c : reach - c]
-            elif window_cache is not None and step_in_block > 0:
-                # Fast-dLLM: the window alone, every other position read from the block's first pass.
-                # Its rows from lo on predict s..e-1 (a shifted model's row s-1 predicts s).
-                window = window_cache.window
-                logits = windowed.window(canvas[None, window[0] : window[1]], window_cache)[:, : e - s]
-                fed = window[1] - window[0]
-            else:
-                if window_cache is not None:  # the block's first pass: the whole canvas, cached but the window
-                    lo = s - 1 if facts.shifted else s
-                    hi = e if config.approx_cache == "dual" else length
-                    out = windowed.refresh(canvas[None], (lo, hi), window_cache)  # (1, L, V)
-                else:
-                    out = model(feed, None)  # (R, L, V)
-                fed = length * len(feed)
-                logits = out[:, s - 1 : reach - 1] if facts.shifted else out[:, s:reach]
-            forward += 1
-
+        # 1) the block's budget (blocks left to right: LLaDA's semi-autoregressive sampling): its share
+        # of the fixed schedule's passes, and the passes DiffusionGemma's falling temperature spans
+        plan = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
+        horizon = config.max_block_steps or in_block
+        stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
+        drafts = ahead.pop(s, Drafts())
+        index = 0  # passes in this block
+        while bool(is_open[s:e].any()):
+            open_offsets = is_open[s:e].nonzero()[:, 0]  # (n,) block offsets of the positions to fill
+            # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place (one
+            # temperature, so that its fewer passes sample what one pass per token samples)
             if verify:
-                # 2-3) row r chose the token after its r drafts; the drafts that are what their row
-                # chose stand, and so does the choice of the first row that disagrees
-                if noise is None and temperature > 0:
-                    noise = gumbel_noise((e - s, logits.shape[-1]), gen, device)
-                count = len(feed)
-                firsts = torch.cat(
-                    [candidates(logits[r, rows[r : r + 1]], feed[r], r, rows, (s, e)) for r in range(count)]
-                )
-                chosen, probs = choose_tokens(
-                    firsts, temperature, config.top_p, gen, None if noise is None else noise[rows[:count]]
-                )
-                m = verified_run(chosen, drafted)
-                ended = m > 0 and bool(torch.isin(drafted[m - 1], ends))  # an end confirmed: nothing after it
-                take = m if ended else m + 1
-                tokens, pick = torch.cat([drafted[:m], chosen[m : m + 1]]), torch.arange(take, device=device)
-                scores = chosen_probability(probs, chosen)
-                if config.draft:  # (--draft 0: no drafts to make)
-                    # Next pass's drafts: what row m, which saw every token committed now, chose for the
-                    # rest of the block; if this pass finished the block, for the next block too.
-                    later = rows[m + 1 :]
-                    proposal = drafts_from(
-                        candidates(logits[m, later], feed[m], m, rows, (s, e)), later, e - s, temperature, noise
-                    )
-                    following = is_masked[e:reach].nonzero()[:, 0]  # the next block's open offsets
-                    if take == len(rows) and not bool(torch.isin(chosen[m], ends)) and len(following):
-                        fresh = gumbel_noise((reach - e, logits.shape[-1]), gen, device) if temperature > 0 else None
-                        choices = candidates(logits[m, e - s + following], feed[m], m, rows, (s, e))
-                        ahead_of[e] = (drafts_from(choices, following, reach - e, temperature, fresh), fresh)
+                temperature = config.temperature
+                drafted, rows, reach = verify_rows(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
             else:
-                # 2) a token and a score for every position of the block still to fill
-                block_logits = logits[0]
-                row_candidates = candidates(block_logits[rows], canvas, 0, rows, (s, e))
-                tokens, probs = choose_tokens(row_candidates, temperature, config.top_p, gen)
-                scores = score(probs, tokens, gen)
-
-                # 3) commit some of them; all of them, greedily, on the block's last allowed pass or
-                # once it is stable and confident
-                settled = False
-                if config.stop_entropy > 0:
-                    settled, before = stable_and_confident(
-                        block_logits, temperature, facts.mask_id, before, config.stop_entropy
-                    )
-                capped = config.max_block_steps is not None and step_in_block + 1 >= config.max_block_steps
-                if settled or capped:
-                    pick = torch.arange(len(rows), device=rows.device)
-                    tokens = row_candidates.argmax(dim=-1)
-                elif config.rule == "schedule":
-                    count = plan[step_in_block] if step_in_block < len(plan) else len(rows)
-                    pick = commit_top(scores, count)
-                elif config.rule == "threshold":
-                    pick = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
-                else:
-                    pick = commit_entropy_bound(entropy(probs), config.entropy_bound)
-                if config.hold_conflicts and not (settled or capped) and config.rule != "schedule":
-                    pick = hold_back(rows, tokens, pick, ends)
-            positions = rows[pick] + s
-            canvas[positions] = tokens[pick]
-            is_masked[positions] = False
-            step_in_block += 1
-
-            # 4) the answer ends at its first end (or pad) token: what follows is padding, as in training,
-            # so those positions need no passes and the loop stops once the rest is filled
+                temperature = linear_temperature(config.temperature, config.cooling, index, horizon)
+                drafted, rows, reach = open_offsets[:0], canvas[None], e  # no drafts: the canvas alone, (1, L)
+            now = Pass(rows, block, reach, index, open_offsets, temperature, drafted)
+            # 3) forward, as the strategy chosen above runs it: logits (R, reach-s, V) for positions [s, reach)
+            logits, fed = forward(now)
+            forwards += 1
+            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
+            if verify:
+                commit, drafts, next_drafts = verify_pass(logits, now, is_open, drafts, choosing)
+                if next_drafts is not None:
+                    ahead[e] = next_drafts
+            else:
+                commit, stable = commit_rule_pass(logits, now, is_open, plan, stable, choosing)
+            positions = open_offsets[commit.picked] + s  # (k,)
+            canvas[positions] = commit.tokens[commit.picked]
+            is_open[positions] = False
+            index += 1
+            # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
+            # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
-                hits = (torch.isin(canvas[start:], ends) & ~is_masked[start:]).nonzero()
-                if len(hits):
-                    rest = is_masked.clone()
-                    rest[: start + int(hits[0]) + 1] = False
-                    canvas[rest] = facts.pad_id
-                    is_masked[rest] = False
-            left = int(is_masked[start:].sum())
+                pad_after_end(canvas, is_open, start, ends, facts.pad_id)
+            left = int(is_open[start:].sum())
+            # 6) a snapshot of the pass (the loop keeps writing the canvas)
             yield Step(
-                canvas=canvas.to("cpu", copy=True),  # a snapshot: the loop keeps writing
+                canvas=canvas.to("cpu", copy=True),
                 committed=positions.cpu(),
-                scores=scores[pick].float().cpu(),
-                block=(s, e),
-                forward=forward,
+                scores=commit.scores[commit.picked].float().cpu(),
+                block=block,
+                forward=forwards,
                 input_tokens=fed,
                 masked=left,
                 done=left == 0,
-                renoised=len(rows) if renoiser is not None else 0,
-                rows=len(feed),
+                renoised=len(open_offsets) if forward.renoises else 0,
+                rows=len(rows),
             )
-
-
-def final(steps: Iterator[Step]) -> Step | None:
-    """Drain the generator; the last step holds the finished canvas (None if nothing was masked)."""
-    last = None
-    for step in steps:
-        last = step
-    return last

@@ -20,11 +20,13 @@ from typer.testing import CliRunner
 from dcode import models
 from dcode.cli import app
 from dcode.config import SamplerConfig
+from dcode.events import drain
+from dcode.forward import uniform_noise
 from dcode.models import apply_defaults, family_of
 from dcode.models.base import ModelFacts
 from dcode.models.facts import GEMMA_DEFAULTS as DEFAULTS
 from dcode.models.facts import gemma_defaults as sampling_defaults
-from dcode.sampler import Step, denoise, final, linear_temperature, uniform_noise
+from dcode.sampler import Step, denoise, linear_temperature
 
 CANVAS = 8  # the tiny checkpoint's canvas_length: a 16-token answer takes two canvases
 
@@ -167,9 +169,9 @@ def test_denoise_fills_every_position_canvas_by_canvas(model) -> None:
         filled |= committed
         assert int((step.canvas[5:] == model.facts.mask_id).sum()) == step.masked
     assert sum(1 for s in steps if s.block == (5, 13)) <= 48
-    again = final(denoise(model, canvas, 5, config))
+    again = drain(denoise(model, canvas, 5, config))
     assert again is not None and torch.equal(again.canvas, done.canvas)  # same seed, same answer
-    other = final(denoise(model, canvas, 5, defaults_config(model, stop_at_eos=False, seed=7)))
+    other = drain(denoise(model, canvas, 5, defaults_config(model, stop_at_eos=False, seed=7)))
     assert other is not None and not torch.equal(other.canvas, done.canvas)
 
 

@@ -130,13 +130,13 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
 
 
 def test_a_failing_family_does_not_stop_the_others_and_a_timeout_is_retried(tmp_path: Path) -> None:
-    # qwen2 fails at once: threshold-0.9-block-32 exists only for full-attention models. llada's
-    # first run hangs (a stand-in python sleeps instead) until FAMILY_TIMEOUT (30 s: a loaded 2-core
-    # machine needs ~15 s for the real retry alone); the retry with
-    # LIMIT=1 REPEATS=1 runs the real bench.
+    # A stand-in python: qwen2's bench fails at once (exit 2, as a usage error does), and llada's
+    # first run hangs until FAMILY_TIMEOUT (30 s: a loaded 2-core machine needs ~15 s for the real
+    # retry alone); the retry with LIMIT=1 REPEATS=1 runs the real bench.
     stub = tmp_path / "python"
     stub.write_text(
         "#!/usr/bin/env bash\n"
+        'case " $* " in *"/qwen2 --device cpu"*) echo "dcode: error: a stand-in failure" >&2; exit 2 ;; esac\n'
         'case " $* " in *"/llada --device cpu --limit 2 "*) exec sleep 60 ;; esac\n'
         f'exec "{sys.executable}" "$@"\n'
     )

@@ -5,12 +5,16 @@ whose logits the tests recompute to check each pass's choices."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import FakeDenoiser
 
+from dcode import models
 from dcode.config import ORDERINGS, SamplerConfig
+from dcode.events import drain
+from dcode.forward import ExactCache, FullCanvas, UniformNoise, WindowCache, choose_forward
 from dcode.rules import (
     checked_drafts,
     commit_entropy_bound,
@@ -18,10 +22,11 @@ from dcode.rules import (
     hold_back,
     penalize_repeats,
     schedule_counts,
+    suppress_tokens,
     top_p_filter,
     verified_run,
 )
-from dcode.sampler import Step, block_spans, denoise, final, trim_answer
+from dcode.sampler import Step, block_spans, denoise, trim_answer
 
 V, MASK, EOS, PAD = 50, 49, 1, 0
 START, ANSWER = 5, 16  # a prompt of 5 tokens: not a multiple of any block below
@@ -323,7 +328,7 @@ def test_fixed_schedule_matches_reference_loop(shifted, fake_block, start, block
     canvas = answer_canvas(start, start + 16)
     fake = FakeDenoiser(vocab_size=V, mask_id=MASK, shifted=shifted, block=fake_block, seed=4)
     config = SamplerConfig(rule="schedule", steps=steps, block=block, ordering="confidence", stop_at_eos=False)
-    got = final(denoise(fake, canvas, start, config))
+    got = drain(denoise(fake, canvas, start, config))
     reference = FakeDenoiser(vocab_size=V, mask_id=MASK, shifted=shifted, block=fake_block, seed=4)
     want = reference_fixed_schedule(reference, canvas, start, block, steps)
     assert torch.equal(got.canvas, want)
@@ -434,7 +439,7 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
         config = SamplerConfig(
             rule="verify", draft=draft, draft_floor=floor, temperature=0.9, seed=seed, block=LAYOUTS[layout][1]
         )
-        return final(denoise(model, answer_canvas(), START, config)).canvas
+        return drain(denoise(model, answer_canvas(), START, config)).canvas
 
     assert torch.equal(sample(15, 1), sample(0, 1))
     assert not torch.equal(sample(15, 1), sample(15, 2))
@@ -443,7 +448,7 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
 def verify_answer(layout: str, seed: int, canvas: torch.Tensor, fill: torch.Tensor, **settings) -> torch.Tensor:
     model = make_fake(layout, seed=seed, scale=3.0)  # sure enough of its choices that drafts stand
     config = SamplerConfig(rule="verify", draft_floor=0.0, seed=seed, block=LAYOUTS[layout][1], **settings)
-    return final(denoise(model, canvas, START, config, fill=fill)).canvas
+    return drain(denoise(model, canvas, START, config, fill=fill)).canvas
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -536,13 +541,13 @@ def test_masks_in_the_middle_of_an_answer_are_filled_in_place() -> None:
 
 def test_nothing_masked_means_no_pass() -> None:
     model = make_fake("one-block")
-    assert final(denoise(model, torch.arange(10), 3, SamplerConfig())) is None
+    assert drain(denoise(model, torch.arange(10), 3, SamplerConfig())) is None
     assert model.forwards == 0
 
 
 def test_shifted_logits_need_a_prompt_token() -> None:
     with pytest.raises(ValueError, match="at least one prompt token"):
-        final(denoise(make_fake("block-causal-4-shifted"), answer_canvas(), 0, SamplerConfig()))
+        drain(denoise(make_fake("block-causal-4-shifted"), answer_canvas(), 0, SamplerConfig()))
 
 
 def test_steps_are_snapshots_when_collected() -> None:
@@ -556,7 +561,7 @@ def test_mask_token_is_never_committed() -> None:
     """A model that favours the mask token somewhere (a random-weight one does) must not leave a
     mask in a canvas the sampler calls done."""
     model = FakeDenoiser(vocab_size=V, mask_id=MASK, suppress=frozenset(), force={7: MASK})
-    last = final(denoise(model, answer_canvas(), START, SamplerConfig()))
+    last = drain(denoise(model, answer_canvas(), START, SamplerConfig()))
     assert last.done
     assert not (last.canvas == MASK).any()
 
@@ -569,7 +574,7 @@ def test_a_huge_repetition_penalty_writes_no_token_twice(layout: str) -> None:
 
     def answer(penalty: float) -> list[int]:
         config = SamplerConfig(rule="schedule", repetition_penalty=penalty, stop_at_eos=False)
-        last = final(denoise(make_fake(layout), answer_canvas(), START, config))
+        last = drain(denoise(make_fake(layout), answer_canvas(), START, config))
         return [t for t in last.canvas[START:].tolist() if t not in (EOS, PAD)]
 
     plain = answer(1.0)
@@ -591,10 +596,20 @@ def test_repetition_penalty_is_checked() -> None:
 
 def test_penalize_repeats() -> None:
     logits = torch.tensor([[4.0, -1.0, 3.0], [1.0, 1.0, 1.0]])
-    out = penalize_repeats(logits.clone(), torch.tensor([0, 1, 0]), 2.0)
+    out = penalize_repeats(logits, torch.tensor([0, 1, 0]), 2.0)
     assert torch.equal(out, torch.tensor([[2.0, -2.0, 3.0], [0.5, 0.5, 1.0]]))
+    assert torch.equal(logits, torch.tensor([[4.0, -1.0, 3.0], [1.0, 1.0, 1.0]]))  # a filter never writes its input
     assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([], dtype=torch.long), 2.0), logits)
     assert torch.equal(penalize_repeats(logits.clone(), torch.tensor([0]), 1.0), logits)
+
+
+def test_suppress_tokens() -> None:
+    logits = torch.tensor([[2.0, 5.0, 3.0], [1.0, -1.0, 0.0]])
+    out = suppress_tokens(logits, torch.tensor([1, 2, 1]))
+    inf = float("-inf")
+    assert torch.equal(out, torch.tensor([[2.0, inf, inf], [1.0, inf, inf]]))
+    assert torch.isfinite(logits).all()  # the input is left as it was
+    assert torch.equal(suppress_tokens(logits, torch.tensor([], dtype=torch.long)), logits)
 
 
 def test_schedule_counts() -> None:
@@ -646,7 +661,35 @@ def test_trim_answer() -> None:
 @pytest.mark.parametrize("layout", ["one-block", "block-causal-4-shifted"])
 def test_a_banned_token_is_never_written(layout: str) -> None:
     config = SamplerConfig(stop_at_eos=False)
-    plain = final(denoise(make_fake(layout), answer_canvas(), START, config))
+    plain = drain(denoise(make_fake(layout), answer_canvas(), START, config))
     common = max(set(plain.canvas[START:].tolist()), key=plain.canvas[START:].tolist().count)
-    banned = final(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
+    banned = drain(denoise(make_fake(layout), answer_canvas(), START, config, ban=[common]))
     assert banned.done and common not in banned.canvas[START:].tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The forward strategy, chosen once per run
+
+
+def strategy(model, **settings: object) -> type:
+    return type(choose_forward(model, SamplerConfig(**settings), torch.Generator()))  # type: ignore[arg-type]
+
+
+def test_the_forward_strategy_follows_the_model_and_the_settings(
+    tiny_checkpoint: Path, tiny_full_checkpoint: Path
+) -> None:
+    """An exact cache where attention makes one (block-causal); Fast-dLLM's window cache on full
+    attention unless it is off, the cache is off or the verify rule feeds several rows; a model
+    with no cache at all (the fake) runs the whole canvas; a uniform-noise model is re-noised."""
+    block_causal, full = models.load(str(tiny_checkpoint)), models.load(str(tiny_full_checkpoint))
+    assert strategy(block_causal) is ExactCache and strategy(block_causal, rule="verify") is ExactCache
+    assert strategy(block_causal, cache=False) is FullCanvas
+    assert strategy(full) is WindowCache and strategy(full, approx_cache="prefix") is WindowCache
+    prefix = choose_forward(full, SamplerConfig(approx_cache="prefix"), torch.Generator())
+    assert isinstance(prefix, WindowCache) and not prefix.dual
+    for settings in ({"approx_cache": "off"}, {"cache": False}, {"rule": "verify"}):
+        assert strategy(full, **settings) is FullCanvas, settings
+    fake = make_fake("one-block")
+    assert strategy(fake) is FullCanvas
+    fake.facts = replace(fake.facts, noise="uniform")
+    assert strategy(fake) is UniformNoise and strategy(fake, cache=False) is UniformNoise

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -108,10 +108,16 @@ def run(endpoint: Endpoint, params: Mapping[str, Any], events: Callable[[], Iter
     """The events under the live view (or drained without one); returns the final record."""
     from dcode import tui
     from dcode.remote.flows import describer
+    from dcode.render import DescribeEvent, EventSource
 
-    describe = describer(endpoint.model or "", endpoint.host, language)
+    # A served model's stream holds dcode.remote's records (frames, then the result), which the
+    # view handles as it does local events: it draws what describe returns and keeps the last one.
+    source, describe = (
+        cast(EventSource, events),
+        cast(DescribeEvent, describer(endpoint.model or "", endpoint.host, language)),
+    )
     view = view_mode(params["quiet"], params["live"])
-    return guarded(endpoint, lambda: tui.run_live(events, describe, view=view, exit_when_done=params["exit_when_done"]))
+    return guarded(endpoint, lambda: tui.run_live(source, describe, view=view, exit_when_done=params["exit_when_done"]))
 
 
 def sampling(params: Mapping[str, Any], max_tokens: int) -> Any:

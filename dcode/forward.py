@@ -1,0 +1,144 @@
+"""Forward strategies: how one pass of dcode.sampler.denoise runs the model, chosen once per run
+(choose_forward) from the model and the settings: the exact block cache of a block-causal model,
+Fast-dLLM's approximate window cache of a full-attention model, the whole canvas, or uniform noise
+(DiffusionGemma). Each takes a Pass and returns the logits predicting positions [s, reach) of each
+row fed, (R, reach-s, V), and how many tokens it fed the model. Pure tensor code; knows nothing of
+commit rules, tokenizers or the terminal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import torch
+
+from dcode.config import SamplerConfig
+from dcode.models.base import Cache, Denoiser, UniformDenoiser, WindowDenoiser
+
+
+def uniform_noise(count: int, vocab_size: int, placeholder: int, gen: torch.Generator) -> torch.Tensor:
+    """`count` ids drawn uniformly from the vocabulary less the placeholder id, so that the mask
+    placeholder is never fed to a uniform-noise model. -> (count,)"""
+    ids = torch.randint(vocab_size - 1, (count,), generator=gen)
+    return ids + (ids >= placeholder).long()
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward pass: the rows it feeds and where in the block it stands."""
+
+    rows: torch.Tensor  # (R, L) canvases side by side: the canvas, or the verify rule's drafts in place
+    block: tuple[int, int]  # [s, e), the block being decoded
+    reach: int  # logits are wanted for positions [s, reach): e, or the next block's end too (verify)
+    index: int  # passes this block had before this one
+    open_offsets: torch.Tensor  # (n,) block offsets of the positions still to fill, ascending
+    temperature: float
+    drafted: torch.Tensor  # (R-1,) the verify rule's drafts row r holds the first r of (else empty)
+
+
+class Forward(Protocol):
+    renoises: bool  # positions still to fill go in as fresh random tokens (uniform-noise models)
+
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]: ...
+
+
+class FullCanvas:
+    """No cache: every pass runs the whole canvas (each of the verify rule's rows is one)."""
+
+    renoises = False
+
+    def __init__(self, model: Denoiser) -> None:
+        self.model = model
+
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        shift = int(self.model.facts.shifted)  # a shifted model's row i-1 predicts position i
+        out = self.model(now.rows, None)  # (R, L, V)
+        return out[:, now.block[0] - shift : now.reach - shift], now.rows.numel()
+
+
+class ExactCache:
+    """Block-causal attention makes a finished block's keys/values final: each pass feeds only the
+    uncached stretch up to `reach`, then the cache is cropped back to the finished blocks."""
+
+    renoises = False
+
+    def __init__(self, model: Denoiser, cache: Cache) -> None:
+        self.model, self.cache = model, cache
+        self.carry: torch.Tensor | None = None  # (V,) logits row of position s-1 (shifted models)
+
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        s, reach, facts = now.block[0], now.reach, self.model.facts
+        cached = self.cache.length
+        out = self.model(now.rows[:, cached:reach], self.cache)  # (R, reach-cached, V)
+        self.cache.crop((s // facts.block) * facts.block if facts.block else s)  # keep finished blocks only
+        fed = (reach - cached) * len(now.rows)
+        if not facts.shifted:
+            return out[:, s - cached : reach - cached], fed
+        if cached <= s - 1:  # position s-1 was fed now (and is cached from now on): keep its row
+            self.carry = out[0, s - 1 - cached]  # the same in every row: it lies before the block
+        assert self.carry is not None
+        carried = self.carry.expand(len(now.rows), 1, -1)  # (R, 1, V)
+        return torch.cat([carried, out[:, s - cached : reach - cached - 1]], dim=1), fed
+
+
+class WindowCache:
+    """Fast-dLLM's approximate cache (full attention): a block's first pass runs the whole canvas
+    and caches every position outside the window (the block; "prefix": the block and all after
+    it); later passes feed the window alone, reading every other position from that first pass."""
+
+    renoises = False
+
+    def __init__(self, model: WindowDenoiser, cache: Any, dual: bool) -> None:
+        self.model, self.cache, self.dual = model, cache, dual
+
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        (s, e), length = now.block, now.rows.shape[1]
+        if now.index > 0:  # the window's rows from s on predict s..e-1 (a shifted model's s-1 predicts s)
+            lo, hi = self.cache.window
+            return self.model.window(now.rows[:, lo:hi], self.cache)[:, : e - s], hi - lo  # (1, e-s, V)
+        shift = int(self.model.facts.shifted)
+        out = self.model.refresh(now.rows, (s - shift, e if self.dual else length), self.cache)  # (1, L, V)
+        return out[:, s - shift : now.reach - shift], now.rows.numel()
+
+
+class UniformNoise:
+    """DiffusionGemma: the context before a block goes into the cache once, clean (without a cache:
+    every pass, afresh); the block goes in alone, every position still to fill holding a fresh
+    random token, with the previous pass's temperature-scaled logits (self-conditioning)."""
+
+    renoises = True
+
+    def __init__(self, model: UniformDenoiser, cache: Cache | None, gen: torch.Generator) -> None:
+        self.model, self.cache, self.gen = model, cache, gen
+        self.previous: torch.Tensor | None = None  # (1, e-s, V) the block's last pass, scaled
+
+    def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
+        (s, e), facts = now.block, self.model.facts
+        context = self.cache if self.cache is not None else self.model.new_cache()
+        cached = context.length
+        if cached < s:
+            self.model.extend(now.rows[:, cached:s], context)
+        noisy = now.rows[0, s:e].clone()  # (e-s,)
+        noise = uniform_noise(len(now.open_offsets), facts.vocab_size, facts.mask_id, self.gen)
+        noisy[now.open_offsets] = noise.to(noisy.device)
+        previous = self.previous if now.index > 0 else None
+        logits = self.model(noisy[None], context, previous=previous)  # (1, e-s, V)
+        self.previous = logits / now.temperature if now.temperature > 0 else logits
+        return logits, e - cached
+
+
+def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator) -> Forward:
+    """The forward strategy for this model and these settings."""
+    cache = model.new_cache() if config.cache else None
+    if model.facts.noise == "uniform":
+        return UniformNoise(cast(UniformDenoiser, model), cache, gen)
+    if cache is not None:
+        return ExactCache(model, cache)
+    # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
+    # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
+    if config.cache and config.approx_cache != "off" and config.rule != "verify" and hasattr(model, "new_window_cache"):
+        windowed = cast(WindowDenoiser, model)
+        window_cache = windowed.new_window_cache()
+        if window_cache is not None:
+            return WindowCache(windowed, window_cache, dual=config.approx_cache == "dual")
+    return FullCanvas(model)
