@@ -714,9 +714,6 @@ def test_edit_json_has_the_local_keys_and_never_the_key(replay: Any, tmp_path: P
     assert path.read_text() == "x = 1\ny = 22\n" and KEY not in done.stdout + done.stderr
 
 
-@pytest.mark.skipif(
-    __import__("importlib").util.find_spec("dcode.serve") is None, reason="needs dcode serve (dcode.serve)"
-)
 def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) -> None:
     """Against the real server (dcode-tiny behind `dcode serve`, a subprocess on a loopback port):
     the same code as a local `dcode new` with the same greedy settings, read from dcode frames."""

@@ -12,7 +12,7 @@ dcode.cli.common, so the graph has no circle.
 
 from __future__ import annotations
 
-from dcode.cli import bench, checking, editing, generate, listing
+from dcode.cli import bench, checking, editing, generate, listing, serving
 from dcode.cli.common import OneLineErrors, app, explicit_sampler_fields, main, version
 from dcode.cli.generate import new
 
@@ -27,5 +27,6 @@ __all__ = [
     "listing",
     "main",
     "new",
+    "serving",
     "version",
 ]
