@@ -61,7 +61,8 @@ def test_speed_suite_end_to_end(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert "| setting | passes |" in markdown and "| autoregressive |" in markdown
     assert result.stderr == f"dcode: wrote {out / 'speed.json'}, {out / 'speed.md'}\n"  # no progress bar
     measured = report["provenance"]  # how the numbers were made, in the JSON and atop the table
-    assert measured["command"].startswith("dcode ") and len(measured["weights_sha256"]) == 64
+    assert measured["command"].startswith("dcode bench speed --model ") and len(measured["weights_sha256"]) == 64
+    assert "--limit 2 --length 8 --repeats 1" in measured["command"]  # what was run, not pytest's own argv
     assert markdown.startswith(f"Command: `{measured['command']}`  \nWeights: sha256 `{measured['weights_sha256']}`")
 
 

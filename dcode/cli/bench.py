@@ -8,7 +8,6 @@ terminal. The settings, metrics and suites are dcode.bench's, shared with the sc
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +60,7 @@ SettingsOption = Annotated[
 
 @bench_app.command("speed")
 def speed_command(
+    ctx: typer.Context,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     prompts: PromptsOption = None,
@@ -80,6 +80,7 @@ def speed_command(
     """Forward passes, tok/pass, ms/pass, tok/s, first draft, wall time and peak memory of the
     one-token-per-pass schedule, dcode's fast settings and an autoregressive model, in one process."""
     # 1) validate what needs no model
+    command = invoked_command(ctx)
     rows = read_rows(prompts, limit)
     check_common(length, out)
 
@@ -92,11 +93,12 @@ def speed_command(
         chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
         with progress_bar(quiet) as bar:
             result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
-        deliver(result, report.write_reports, out, quiet, model)
+        deliver(result, report.write_reports, out, quiet, model, command)
 
 
 @bench_app.command("quality")
 def quality_command(
+    ctx: typer.Context,
     model: ModelOption = None,
     device: DeviceOption = "auto",
     prompts: PromptsOption = None,
@@ -117,6 +119,7 @@ def quality_command(
     from dcode.bench import MissingExtra, need
 
     # 1) validate what needs no model, optional dependencies included
+    command = invoked_command(ctx)
     rows = read_rows(prompts, limit)
     check_common(length, out)
     from dcode.bench.quality import load_problems, run_quality
@@ -137,7 +140,7 @@ def quality_command(
         limits = Limits(seconds=timeout, memory_mb=memory_mb)
         with progress_bar(quiet) as bar:
             result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
-        deliver(result, report.write_reports, out, quiet, model)
+        deliver(result, report.write_reports, out, quiet, model, command)
 
 
 @bench_app.command("settings")
@@ -216,14 +219,33 @@ def progress_bar(quiet: bool) -> Iterator[Progress | None]:
         yield bar
 
 
-def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool, model: str | None) -> None:
+def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool, model: str | None, command: str) -> None:
     """Write the reports (headed by the command, the weights' sha256 and the date), print the
     Markdown table on stdout, name the files on stderr."""
     from dcode.bench import provenance
     from dcode.models import resolve
 
-    command = shlex.join(["dcode", *sys.argv[1:]])
     paths = write({"provenance": provenance(command, resolve(model)[0]), **result}, out)
     typer.echo(Path(paths[1]).read_text(encoding="utf-8"), nl=False)
     if not quiet:
         typer.echo(f"dcode: wrote {', '.join(str(p) for p in paths)}", err=True)
+
+
+def invoked_command(ctx: typer.Context) -> str:
+    """The running command as a shell line, from what click parsed (not sys.argv, which is the
+    caller's when dcode runs inside another program): `dcode bench speed --limit 5 ...`, naming
+    every option the command line or a DCODE_* variable set."""
+    words = ["dcode", *ctx.command_path.split()[1:]]
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
+            continue
+        value = ctx.params.get(param.name)
+        if param.param_type_name != "option":
+            words.append(str(value))
+        elif getattr(param, "is_flag", False):
+            flag = param.opts[0] if value else (param.secondary_opts or param.opts)[0]
+            words.append(flag)
+        elif value is not None:
+            words += [param.opts[0], ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)]
+    return shlex.join(words)
