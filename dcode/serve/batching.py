@@ -217,6 +217,8 @@ class Batcher:
                 self._lock.wait(self.wait - waited)
 
     def _run(self, calls: list[Call]) -> None:
+        """Each group's forward in turn; a group's workers get their rows as soon as it is done, so
+        that their sampling steps run while the next group's forward does (torch frees the GIL)."""
         groups: dict[tuple[Any, ...], list[Call]] = {}
         for call in calls:
             groups.setdefault(group_key(call, self._native), []).append(call)
@@ -227,11 +229,15 @@ class Batcher:
                 except BaseException as error:  # each waiting worker raises it in its own thread
                     for call in group:
                         call.error = error
+                self._release(group)
         finally:
-            with self._lock:
-                for call in calls:
-                    call.done = True
-                self._lock.notify_all()
+            self._release(calls)
+
+    def _release(self, calls: list[Call]) -> None:
+        with self._lock:
+            for call in calls:
+                call.done = True
+            self._lock.notify_all()
 
     def _forward(self, key: tuple[Any, ...], group: list[Call]) -> None:
         with self._lock:
