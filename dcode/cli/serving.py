@@ -94,8 +94,8 @@ def serve(
         typer.Option(
             "--batching/--no-batching",
             envvar="DCODE_BATCHING",
-            help="Run the forward passes of requests running together as one batch "
-            "(default: on a GPU; on a CPU each request runs its own forward passes in its own thread).",
+            help="Run the forward passes of requests running together as one batch (the default); "
+            "--no-batching: each request runs its own forward passes in its own thread.",
         ),
     ] = None,
     length: Annotated[
@@ -108,7 +108,7 @@ def serve(
             envvar="DCODE_BUSY_DRAFT",
             min=0,
             help="Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
-            "default: --draft).",
+            "default: 0 on a CPU, --draft on a GPU).",
         ),
     ] = None,
     repair: Annotated[
@@ -139,10 +139,11 @@ def serve(
         repair_tries=chosen["repair_tries"],
         max_batch=max_batch,
         max_queue=max_queue,
-        # On a CPU the forward passes are compute-bound and threads alone served more requests per
-        # second than batching (docs/benchmarks/serve/serve.md); a GPU is idle between small forwards.
-        batch=batching if batching is not None else denoiser.device.type != "cpu",
-        busy_draft=busy_draft,
+        # On a CPU the forward passes are compute-bound: batched requests that feed one row a pass
+        # served the most requests per second there (docs/benchmarks/serve/serve.md); on a GPU a
+        # drafted row is nearly free, so the draft stays (not measured on a GPU).
+        batch=batching if batching is not None else True,
+        busy_draft=busy_draft if busy_draft is not None else (0 if denoiser.device.type == "cpu" else None),
     )
     where = sock.getsockname()
     typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)

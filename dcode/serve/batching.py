@@ -7,9 +7,10 @@ together run as one batched forward and each worker gets its own rows back. Call
 run alone. The results are the unbatched results: rows of a batch never see one another.
 
 What fits together:
-- the native Qwen2 (dcode.models.native, dcode-tiny): every call, whatever its cache length and
-  input length. Caches and inputs are right-padded to the longest, each row runs at its own
-  positions (RoPE) under its own mask, and no real position sees padding or another row;
+- the native Qwen2 (dcode.models.native, dcode-tiny): every call of the same input length,
+  whatever its cache length (run_native also takes mixed input lengths, but on a CPU a row padded
+  from 16 to 32 inputs costs what 32 cost). Caches are right-padded to the longest, each row runs
+  at its own positions (RoPE) under its own mask, and no real position sees padding or another row;
 - any other model without a cache, the same canvas length: the canvases stacked.
 Anything else (keyword arguments, a uniform-noise model's extend(), the window cache) passes
 through unbatched. Knows nothing about HTTP, requests or prompts.
@@ -48,7 +49,9 @@ class Call:
 def group_key(call: Call, native: bool) -> tuple[Any, ...]:
     """Calls with the same key run as one forward. Example: no cache, 40 positions -> ("full", 40)."""
     if native and (call.cache is None or isinstance(call.cache, NativeCache)):
-        return ("native",)  # any cache length, any input length: per-row positions and masks
+        # any cache length (per-row positions and masks), one input length: a row padded to a longer
+        # input pays for its padding in every layer (a third of the positions at --busy-draft 0)
+        return ("native", call.ids.shape[1])
     if call.cache is None:
         return ("full", call.ids.shape[1])
     return ("alone", id(call))
@@ -214,6 +217,8 @@ class Batcher:
                 self._lock.wait(self.wait - waited)
 
     def _run(self, calls: list[Call]) -> None:
+        """Each group's forward in turn; a group's workers get their rows as soon as it is done, so
+        that their sampling steps run while the next group's forward does (torch frees the GIL)."""
         groups: dict[tuple[Any, ...], list[Call]] = {}
         for call in calls:
             groups.setdefault(group_key(call, self._native), []).append(call)
@@ -224,11 +229,15 @@ class Batcher:
                 except BaseException as error:  # each waiting worker raises it in its own thread
                     for call in group:
                         call.error = error
+                self._release(group)
         finally:
-            with self._lock:
-                for call in calls:
-                    call.done = True
-                self._lock.notify_all()
+            self._release(calls)
+
+    def _release(self, calls: list[Call]) -> None:
+        with self._lock:
+            for call in calls:
+                call.done = True
+            self._lock.notify_all()
 
     def _forward(self, key: tuple[Any, ...], group: list[Call]) -> None:
         with self._lock:
