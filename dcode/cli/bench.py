@@ -17,7 +17,6 @@ import typer
 
 from dcode.cli.common import (
     DEFAULT_LENGTH,
-    INTERRUPTED,
     RUNTIME,
     USAGE,
     DeviceOption,
@@ -26,6 +25,7 @@ from dcode.cli.common import (
     RepairRoundsOption,
     app,
     fail,
+    interrupted,
     load_model,
     show_progress,
 )
@@ -197,9 +197,8 @@ def guarded() -> Iterator[None]:
         yield
     except typer.Exit:
         raise
-    except KeyboardInterrupt:
-        typer.echo("dcode: interrupted", err=True)
-        raise typer.Exit(INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        interrupted(error)  # Ctrl-C 130, SIGTERM 143, as every other command
     except (InputError, MissingExtra) as error:
         fail(str(error), USAGE)
     except (OSError, RuntimeError, MemoryError) as error:

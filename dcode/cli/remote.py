@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from dcode.cli.common import (
-    INTERRUPTED,
     RUNTIME,
     SYNTAX,
     USAGE,
     fail,
+    interrupted,
     language_for,
     output_target,
     read_checkable,
@@ -100,9 +100,8 @@ def guarded(endpoint: Endpoint, work: Callable[[], Any]) -> Any:
         return work()
     except RemoteError as error:
         fail(endpoint.redact(str(error)), USAGE if error.kind == "usage" else RUNTIME)
-    except KeyboardInterrupt:
-        typer.echo("dcode: interrupted", err=True)
-        raise typer.Exit(INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        interrupted(error)  # Ctrl-C 130, SIGTERM 143, as every other command
 
 
 def run(endpoint: Endpoint, params: Mapping[str, Any], events: Callable[[], Iterator[object]], language: str) -> Any:
