@@ -77,23 +77,13 @@ def changed(old: list[str | None], new: list[str | None]) -> frozenset[int]:
 
 
 def wire_frame(raw: Any) -> Frame:
-    """A dcode server's `frame` object as the Frame a local Describer builds."""
+    """A dcode server's `frame` object as the Frame a local Describer builds (dcode.serve.wire is
+    the format both sides share)."""
+    from dcode.serve.wire import frame_from_json
+
     try:
-        return Frame(
-            pieces=tuple(None if p is None else str(p) for p in raw["pieces"]),
-            committed=frozenset(int(i) for i in raw["committed"]),
-            remasked=frozenset(int(i) for i in raw.get("remasked", ())),
-            model=str(raw.get("model", "")),
-            device=str(raw.get("device", "")),
-            forward=int(raw["forward"]),
-            masked=int(raw["masked"]),
-            filled=int(raw["filled"]),
-            elapsed=float(raw["elapsed"]),
-            language=str(raw.get("language", "python")),
-            settled=bool(raw.get("settled", False)),
-            repair_round=int(raw.get("repair_round", 0)),
-        )
-    except (KeyError, TypeError, ValueError) as error:
+        return frame_from_json(raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise MalformedStream(f"a dcode frame lacks or mistypes {error}") from None
 
 

@@ -131,9 +131,9 @@ def frame_from_json(data: Mapping[str, Any]) -> Frame:
     return Frame(
         pieces=tuple(None if piece is None else str(piece) for piece in data["pieces"]),
         committed=frozenset(int(i) for i in data["committed"]),
-        remasked=frozenset(int(i) for i in data["remasked"]),
-        model=str(data["model"]),
-        device=str(data["device"]),
+        remasked=frozenset(int(i) for i in data.get("remasked", ())),
+        model=str(data.get("model", "")),
+        device=str(data.get("device", "")),
         forward=int(data["forward"]),
         masked=int(data["masked"]),
         filled=int(data["filled"]),
