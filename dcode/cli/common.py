@@ -31,8 +31,6 @@ from dcode.config import SamplerConfig, merge_family_defaults
 from dcode.events import Edited, Finished, Repaired
 from dcode.options import (
     DEVICE_OPTION,
-    EXIT_WHEN_DONE_OPTION,
-    LIVE_OPTION,
     MODEL_OPTION,
     QUIET_OPTION,
     REPAIR_ROUNDS,
@@ -317,8 +315,6 @@ def summary_line(metadata: dict[str, object], model: str) -> str:
 ModelOption = annotation(MODEL_OPTION)
 DeviceOption = annotation(DEVICE_OPTION)
 RepairRoundsOption = annotation(REPAIR_ROUNDS)
-LiveOption = annotation(LIVE_OPTION)
-ExitWhenDoneOption = annotation(EXIT_WHEN_DONE_OPTION)
 QuietOption = annotation(QUIET_OPTION)
 
 
