@@ -152,6 +152,7 @@ def test_repair_diff_writes_nothing_and_o_writes_elsewhere(files: Path) -> None:
         (b"# -*- coding: uft-8 -*-\nx = 1\n", "1:1: encoding problem: uft-8"),
         (b"x = 'caf\xe9'\n", "1:9: Non-UTF-8 code starting with '\\xe9' on line 1, but no encoding declared (PEP 263)"),
         (b"#!/usr/bin/env python\n# coding: ascii\nx = '\xc3\xa9'\n", "3:6: encoding problem: ascii"),
+        (b"\xef\xbb\xbf#coding: utf8\nprint('\xe6\x88\x91')\n", "1:1: encoding problem: utf8 with BOM"),
     ],
 )
 def test_check_follows_pythons_source_decoding(tmp_path: Path, data: bytes, line: str) -> None:
@@ -161,7 +162,13 @@ def test_check_follows_pythons_source_decoding(tmp_path: Path, data: bytes, line
 
 
 @pytest.mark.parametrize(
-    "data", [b"\xef\xbb\xbfx = 1\n", b"# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n", "x = 'café'\n".encode()]
+    "data",
+    [
+        b"\xef\xbb\xbfx = 1\n",
+        b"\xef\xbb\xbf# coding: utf-8\nprint('\xe6\x88\x91')\n",
+        b"# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n",
+        "x = 'café'\n".encode(),
+    ],
 )
 def test_check_accepts_what_python_runs(tmp_path: Path, data: bytes) -> None:
     (tmp_path / "x.py").write_bytes(data)
