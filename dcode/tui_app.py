@@ -1,5 +1,6 @@
 """The Textual app of the live view: the pipeline runs in a thread worker, widgets only draw
-Frames. Owns keys (q / ctrl+c cancel, p pauses) and the final frame; dcode.tui.run_live starts it.
+Frames. Owns the pace frames are drawn at (pace(): every pass, a person can follow, ~1 s added at
+most), keys (q / ctrl+c cancel, p pauses) and the final frame; dcode.tui.run_live starts it.
 """
 
 from __future__ import annotations
