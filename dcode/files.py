@@ -4,8 +4,9 @@ Owns: the checks a path must pass before any work starts (so bad input never cos
 file), and atomic writes: a temporary file in the target's folder, fsync, then rename, keeping
 the old file's mode. An interrupted run leaves the old file or no file, never half of one.
 
-Only regular files are read or written: a device, a FIFO or a folder is refused (writing "over"
-/dev/null would replace it; reading a FIFO would wait forever). A symlink is followed, read and
+Only regular files are written: a device, a FIFO or a folder is refused (writing "over" /dev/null
+would replace it). Only regular files are read, except where a caller asks for streams too (`dcode
+check` reads a pipe or `<(...)` as cat does). A symlink is followed, read and
 written through. A file without write permission is refused, not replaced. A temporary file is
 named `.NAME.PID.XXXXXXXX.dcode-tmp` beside its target; one left by a process that no longer
 runs (a SIGKILL can't be caught) is removed by the next write to that target.
@@ -154,21 +155,37 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def read_bytes(path: Path, limit_bytes: int = 10_000_000) -> bytes:
-    """A regular file's bytes; FileProblem for missing, folders, FIFOs, devices, too big or binary."""
+def read_bytes(path: Path, limit_bytes: int = 10_000_000, streams: bool = False) -> bytes:
+    """A regular file's bytes; FileProblem for missing, folders, FIFOs, devices, too big or binary.
+    With streams, a FIFO or character device (a pipe, `<(...)`, /dev/stdin) is read too, as cat
+    reads it: to its end, so one nobody writes to waits, as cat does."""
     if not os.path.lexists(path):
         raise FileProblem(f"{path}: no such file")
-    if regular_or_absent(path) is None:
+    piped = streams and stream(path)
+    info = None if piped else regular_or_absent(path)
+    if info is None and not piped:
         raise FileProblem(f"{path}: a symlink to nothing")
+    if info is not None and info.st_size > limit_bytes:
+        raise FileProblem(f"{path} is {info.st_size:,} bytes, over the {limit_bytes:,}-byte limit")
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as handle:
+            data = handle.read(limit_bytes + 1)  # a stream may never end
     except OSError as error:
         raise FileProblem(f"{path}: cannot read ({error.strerror})") from None
     if len(data) > limit_bytes:
-        raise FileProblem(f"{path} is {len(data):,} bytes, over the {limit_bytes:,}-byte limit")
+        raise FileProblem(f"{path} is over the {limit_bytes:,}-byte limit")
     if b"\0" in data:
         raise FileProblem(f"{path} looks binary (it holds NUL bytes)")
     return data
+
+
+def stream(path: Path) -> bool:
+    """Whether path (a symlink followed) is a FIFO or a character device: read, never written."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def read_source(path: Path, limit_bytes: int = 10_000_000) -> str:

@@ -128,9 +128,14 @@ def merge(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def splice(data: bytes, spans: Sequence[tuple[int, int]], texts: Sequence[str]) -> str:
-    """data with each byte span (in text order) replaced by its new text; every other byte copied as is."""
+    """data with each byte span (in text order) replaced by its new text; every other byte copied as is.
+    A span that ends after a line break (its last line is blank: context taken after it, or a token
+    reaching past the line) has text that ends with that break, or the blank line after it is lost.
+    Example: splice(b"f(\\r\\n\\r\\nx", [(0, 4)], ["f()"]) -> "f()\\r\\n\\r\\nx"."""
     out, at = [], 0
     for (start, end), text in zip(spans, texts, strict=True):
+        if text and data[start:end].endswith(b"\n") and not text.endswith("\n"):
+            text += "\r\n" if data[start:end].endswith(b"\r\n") else "\n"
         out += [data[at:start], text.encode()]
         at = end
     out.append(data[at:])

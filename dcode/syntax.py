@@ -173,13 +173,13 @@ def find_issues(source: str, language: str) -> list[Issue]:
     """Syntax issues of source in language (tree-sitter, plus compile() and Python's own source
     decoding rules for Python), by start_byte. A leading BOM is valid, as Python and browsers have it."""
     name = normalize_language(language)
+    data = source.encode()
+    if name == "python" and (declared := encoding_issue(data)) is not None:
+        return [declared]  # checked before a BOM goes: after one, only a utf-8 declaration is valid
     if source.startswith(BOM):
         return [_shifted(i, len(BOM.encode())) for i in find_issues(source[1:], name)]
     if not source:
         return []
-    data = source.encode()
-    if name == "python" and (declared := encoding_issue(data)) is not None:
-        return [declared]
     from tree_sitter import Parser
 
     tree = Parser(language_of(name)).parse(data)
@@ -294,17 +294,37 @@ def decode_python(data: bytes) -> tuple[str, Issue | None]:
 
 
 def _declaration(data: bytes) -> tuple[int, str] | None:
-    """(byte offset, 'encoding problem: NAME') of a PEP 263 declaration on line 1 or 2, if any."""
-    lines = data.split(b"\n", 2)[:2]
-    at = 0
+    """(byte offset, 'encoding problem: NAME') of a PEP 263 declaration on line 1 or 2, if any.
+    After a BOM, CPython allows only utf-8 (as normal_encoding() names it): any other declaration
+    is 'encoding problem: NAME with BOM' (Parser/tokenizer/helpers.c, check_coding_spec)."""
+    bom = data.startswith(BOM.encode())
+    lines = data[len(BOM.encode()) if bom else 0 :].split(b"\n", 2)[:2]
+    at = 0  # line 1 starts at 0, its BOM included
     for number, line in enumerate(lines):
         if number == 1 and not re.match(rb"^[ \t\f]*(#|\r?$)", lines[0]):
             break  # a declaration on line 2 counts only after a blank or comment line
         match = _COOKIE.match(line)
         if match is not None:
-            return at, f"encoding problem: {match[1].decode('ascii', 'replace')}"
-        at += len(line) + 1
+            name = match[1].decode("ascii", "replace")
+            if bom and normal_encoding(name) != "utf-8":
+                return at, f"encoding problem: {normal_encoding(name)} with BOM"
+            return at, f"encoding problem: {name}"
+        at += len(line) + 1 + (len(BOM.encode()) if bom and number == 0 else 0)
     return None
+
+
+def normal_encoding(name: str) -> str:
+    """A declared encoding as CPython's tokenizer names it (get_normal_name): its first 12
+    characters lowercased, "_" as "-"; "utf-8" and "utf-8-*" are "utf-8", the latin-1 spellings
+    "iso-8859-1", anything else as written (so "utf8" stays "utf8").
+    Example: normal_encoding("UTF_8") -> "utf-8"; normal_encoding("Latin-1") -> "iso-8859-1"."""
+    short = name[:12].lower().replace("_", "-")
+    if short == "utf-8" or short.startswith("utf-8-"):
+        return "utf-8"
+    latin = ("latin-1", "iso-8859-1", "iso-latin-1")
+    if short in latin or short.startswith(tuple(f"{n}-" for n in latin)):
+        return "iso-8859-1"
+    return name
 
 
 def encoding_issue(data: bytes) -> Issue | None:

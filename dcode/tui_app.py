@@ -1,5 +1,6 @@
 """The Textual app of the live view: the pipeline runs in a thread worker, widgets only draw
-Frames. Owns keys (q / ctrl+c cancel, p pauses) and the final frame; dcode.tui.run_live starts it.
+Frames. Owns the pace frames are drawn at (pace(): every pass, a person can follow, ~1 s added at
+most), keys (q / ctrl+c cancel, p pauses) and the final frame; dcode.tui.run_live starts it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,29 @@ from textual.widgets import Footer, Static
 from dcode.events import Event, drain
 from dcode.render import DescribeEvent, EventSource, Frame, active_line, render_canvas, render_status
 
-FRAMES_PER_SECOND = 8  # most frames the worker posts
-CATCH_UP_PER_SECOND = 4  # how often the app looks for a frame it held back
-# The view draws a frame only while its thread has used at most this share of one core since the
-# sampler started. Measured on 2 cores: a frame takes ~10-20 ms of the UI thread, and the sampler
-# loses ~1.5x the UI thread's CPU time (its torch threads wait for the core the view takes), so
-# a fixed 4 frames/s cost short requests ~20%. The budget adapts the frame rate to the machine.
+# The pace: each frame stays at least FRAME_SECONDS on screen, so a person can follow the
+# refinement even when the sampler is faster (dcode-tiny on a CPU: 8 passes in 0.6 s). Frames the
+# view has not drawn when the stream ends are drawn then, at most REPLAY_FRAMES of them (spread
+# evenly by pace()), and with exit_when_done the final frame gets a tick on screen before the view
+# closes: at most about 1 s added to a run. A run without the app (piped, --no-live) has no pace.
+FRAME_SECONDS = 0.1
+REPLAY_FRAMES = 9  # 9 frames and the closing tick: 1 s
+# While the sampler runs, the view draws a frame only while its thread has used at most this share
+# of one core since the sampler started. Measured on 2 cores: a frame takes ~10-20 ms of the UI
+# thread, and the sampler loses ~1.5x the UI thread's CPU time (its torch threads wait for the core
+# the view takes), so a fixed 4 frames/s cost short requests ~20%. The budget adapts the frame rate
+# to the machine; what it holds back is drawn once the sampler is done.
 VIEW_CPU_SHARE = 0.05
+
+
+def pace(waiting: int, room: int) -> list[int]:
+    """Which of `waiting` frames (oldest first) to draw when there is room for `room`: all when they
+    fit, else `room` of them spread evenly, the newest always among them.
+    Example: pace(3, 9) -> [0, 1, 2]; pace(10, 4) -> [1, 4, 6, 9]."""
+    room = max(1, room)
+    if waiting <= room:
+        return list(range(waiting))
+    return [(k + 1) * waiting // room - 1 for k in range(room)]
 
 
 @dataclass(frozen=True)
@@ -40,21 +57,14 @@ class LiveResult:
     error: Exception | None = None  # what the event source raised
 
 
-class Cancelled(Exception):
-    """Raised between events to stop the stream when the user cancels."""
-
-
-class FrameReady(Message):
-    def __init__(self, frame: Frame) -> None:
-        super().__init__()
-        self.frame = frame
+class UserCancelled(Exception):
+    """Raised in the worker between events to stop the stream when the user presses q or ctrl+c."""
 
 
 class StreamOver(Message):
-    def __init__(self, ended: LiveResult, frame: Frame | None) -> None:
+    def __init__(self, ended: LiveResult) -> None:
         super().__init__()
         self.ended = ended
-        self.frame = frame
 
 
 class CanvasView(ScrollView):
@@ -94,8 +104,9 @@ class CanvasView(ScrollView):
 
 
 class LiveApp(App[LiveResult]):
-    """Draws the canvas as the sampler refines it. q / ctrl+c cancel, p pauses; once done the
-    settled frame stays until any key (or the app exits at once with exit_when_done)."""
+    """Draws the canvas as the sampler refines it, one frame a tick at most (FRAME_SECONDS), the
+    frames it could not draw while the sampler ran after it (pace()). q / ctrl+c cancel, p pauses;
+    once done the settled frame stays until any key (or, with exit_when_done, for one tick)."""
 
     CSS = """
     #canvas { height: 1fr; }
@@ -116,7 +127,7 @@ class LiveApp(App[LiveResult]):
         cpu_share: float = VIEW_CPU_SHARE,
     ) -> None:
         super().__init__()
-        self.cpu_share = cpu_share  # see VIEW_CPU_SHARE; 1.0 draws every frame posted
+        self.cpu_share = cpu_share  # see VIEW_CPU_SHARE; 1.0 draws a frame every tick
         self.events = events
         self.describe_event = describe_event
         self.exit_when_done = exit_when_done
@@ -125,7 +136,8 @@ class LiveApp(App[LiveResult]):
         self.running.set()
         self.ended: LiveResult | None = None  # set once the stream is over
         self.frame: Frame | None = None  # the frame on screen, redrawn with a note
-        self.latest: Frame | None = None  # the worker's newest frame, posted or held back
+        self.waiting: list[Frame] = []  # frames described and not drawn yet, oldest first
+        self.lock = threading.Lock()  # guards waiting: the worker appends, the UI thread takes
         self.cpu_at_start = self.wall_at_start = 0.0  # UI thread CPU time and clock when the sampler started
 
     def compose(self) -> ComposeResult:
@@ -135,9 +147,7 @@ class LiveApp(App[LiveResult]):
 
     def on_mount(self) -> None:
         self.query_one("#status", Static).update("starting…")
-        # A frame held back (posted too soon after the previous one) is drawn by this timer, so
-        # the screen catches up while a slow pass blocks the worker.
-        self.set_interval(1 / CATCH_UP_PER_SECOND, self.catch_up)
+        self.set_interval(FRAME_SECONDS, self.tick)
         # The sampler starts once the first screen is painted, so that it does not compete for
         # the GIL with the app's start-up (layout, styles, the driver), which costs it ~20%.
         self.call_after_refresh(self.start)
@@ -152,43 +162,52 @@ class LiveApp(App[LiveResult]):
         used = time.thread_time() - self.cpu_at_start
         return used <= self.cpu_share * (time.perf_counter() - self.wall_at_start)
 
-    # -- the worker thread: pulls events, describes them, posts frames ----------------------------
+    # -- the worker thread: pulls events, describes them, hands frames to the UI thread -----------
 
     @work(thread=True, exit_on_error=False)
     def consume(self) -> None:
         began = time.perf_counter()
         paused = 0.0  # seconds spent paused, left out of elapsed
-        posted = 0.0  # when the last frame was posted
-        last: Frame | None = None
 
         def show(event: Event) -> None:
-            """Describe and post one event, then hold the stream while paused; between events
+            """Describe one event for the view, then hold the stream while paused; between events
             is where a cancel stops it."""
-            nonlocal paused, posted, last
+            nonlocal paused
             frame = self.describe_event(event, time.perf_counter() - began - paused)
             if frame is not None:
-                last = self.latest = frame
-                now = time.perf_counter()
-                if now - posted >= 1 / FRAMES_PER_SECOND:
-                    self.post_message(FrameReady(frame))
-                    posted = now
+                with self.lock:
+                    self.waiting.append(frame)
             if not self.running.is_set():
                 waited = time.perf_counter()
                 self.running.wait()
                 paused += time.perf_counter() - waited
             if self.cancelled.is_set():
-                raise Cancelled
+                raise UserCancelled
 
         try:
             result = drain(self.events(), show)  # closes the stream here, in its own thread
-        except Cancelled:
+        except UserCancelled:
             return
         except Exception as error:  # handed to the caller, who reports it
-            self.post_message(StreamOver(LiveResult(error=error), last))
+            self.post_message(StreamOver(LiveResult(error=error)))
             return
-        self.post_message(StreamOver(LiveResult(result=result), last))
+        self.post_message(StreamOver(LiveResult(result=result)))
 
-    # -- the UI thread: draws frames, handles keys --------------------------------------------------
+    # -- the UI thread: draws frames at the pace, handles keys --------------------------------------
+
+    def tick(self) -> None:
+        """Every FRAME_SECONDS: draw the next frame due (while the sampler runs, if the CPU budget
+        allows it); once the stream is over and its frames are drawn, close if asked to."""
+        if self.ended is None and not self.within_budget():
+            return
+        with self.lock:
+            due = pace(len(self.waiting), REPLAY_FRAMES)
+            frame = self.waiting[due[0]] if due else None
+            del self.waiting[: due[0] + 1 if due else 0]
+        if frame is not None:
+            self.draw(frame)
+        elif self.ended is not None and self.exit_when_done:
+            self.exit(self.ended)  # the final frame has been on screen for a tick
 
     def draw(self, frame: Frame | None) -> None:
         if frame is not None:
@@ -198,8 +217,8 @@ class LiveApp(App[LiveResult]):
         if self.frame is None:
             return
         note = ""
-        if self.ended is not None:
-            note = "any key closes"
+        if self.ended is not None and not self.waiting:  # the final frame is on screen
+            note = "" if self.exit_when_done else "any key closes"
         elif not self.running.is_set():
             note = "paused"
         self.query_one("#status", Static).update(render_status(self.frame, note), layout=False)  # height 1
@@ -211,22 +230,16 @@ class LiveApp(App[LiveResult]):
         if line is not None:
             scroll.scroll_to(y=max(0, line - scroll.size.height // 2), animate=False, immediate=True)
 
-    def catch_up(self) -> None:
-        if self.ended is None and self.latest is not None and self.latest is not self.frame and self.within_budget():
-            self.draw(self.latest)
-
-    def on_frame_ready(self, message: FrameReady) -> None:
-        if self.ended is None and self.within_budget():  # else catch_up draws the latest frame later
-            self.draw(message.frame)
-
     def on_stream_over(self, message: StreamOver) -> None:
         if self.cancelled.is_set():
             return
         self.ended = message.ended
-        if message.ended.error is not None or self.exit_when_done:
+        if message.ended.error is not None:
             self.exit(message.ended)
-        else:
-            self.draw(message.frame)
+            return
+        with self.lock:  # what the sampler outran: at most REPLAY_FRAMES, spread evenly, the last kept
+            self.waiting = [self.waiting[i] for i in pace(len(self.waiting), REPLAY_FRAMES)]
+        self.draw(None)
 
     def action_cancel(self) -> None:
         if self.ended is not None:

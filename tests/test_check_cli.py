@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -147,6 +152,7 @@ def test_repair_diff_writes_nothing_and_o_writes_elsewhere(files: Path) -> None:
         (b"# -*- coding: uft-8 -*-\nx = 1\n", "1:1: encoding problem: uft-8"),
         (b"x = 'caf\xe9'\n", "1:9: Non-UTF-8 code starting with '\\xe9' on line 1, but no encoding declared (PEP 263)"),
         (b"#!/usr/bin/env python\n# coding: ascii\nx = '\xc3\xa9'\n", "3:6: encoding problem: ascii"),
+        (b"\xef\xbb\xbf#coding: utf8\nprint('\xe6\x88\x91')\n", "1:1: encoding problem: utf8 with BOM"),
     ],
 )
 def test_check_follows_pythons_source_decoding(tmp_path: Path, data: bytes, line: str) -> None:
@@ -156,7 +162,13 @@ def test_check_follows_pythons_source_decoding(tmp_path: Path, data: bytes, line
 
 
 @pytest.mark.parametrize(
-    "data", [b"\xef\xbb\xbfx = 1\n", b"# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n", "x = 'café'\n".encode()]
+    "data",
+    [
+        b"\xef\xbb\xbfx = 1\n",
+        b"\xef\xbb\xbf# coding: utf-8\nprint('\xe6\x88\x91')\n",
+        b"# -*- coding: latin-1 -*-\nx = 'caf\xe9'\n",
+        "x = 'café'\n".encode(),
+    ],
 )
 def test_check_accepts_what_python_runs(tmp_path: Path, data: bytes) -> None:
     (tmp_path / "x.py").write_bytes(data)
@@ -164,10 +176,24 @@ def test_check_accepts_what_python_runs(tmp_path: Path, data: bytes) -> None:
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
 
 
-def test_check_refuses_a_fifo_instead_of_waiting(tmp_path: Path) -> None:
-    import os
-
+def test_check_reads_a_fifo_as_cat_does(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.py")
-    result = run(["check", str(tmp_path / "pipe.py")])  # before the fix this never returned
-    assert result.exit_code == 2
-    assert result.stderr == f"dcode: error: {tmp_path / 'pipe.py'} is a FIFO, not a regular file\n"
+    writer = threading.Thread(target=(tmp_path / "pipe.py").write_text, args=(BROKEN,))
+    writer.start()  # its open() waits for a reader, as with cat
+    result = run(["check", str(tmp_path / "pipe.py")])
+    if writer.is_alive():  # dcode did not read it: let the writer go
+        (tmp_path / "pipe.py").read_text()
+    writer.join()
+    assert (result.exit_code, result.stderr) == (3, "")
+    assert result.stdout.startswith(f"{tmp_path / 'pipe.py'}:2:")
+    result = run(["check", "--lang", "python", "/dev/null"])  # a character device: empty, as for cat
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_check_reads_a_process_substitution() -> None:
+    """`dcode check --lang python <(printf 'def f(:\\n')` through bash, in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HF_HUB_OFFLINE": "1"}
+    command = f"{sys.executable} -m dcode.cli check --lang python <(printf 'def f(:\\n')"
+    done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (3, "")
+    assert re.fullmatch(r"/dev/fd/\d+:1:7: .*\n", done.stdout), done.stdout

@@ -19,9 +19,11 @@ from typer.testing import CliRunner
 from dcode.cli import app
 from dcode.edit import select, write_in_place
 from dcode.files import FileProblem, atomic_write, check_writable
+from dcode.spans import splice
 from dcode.syntax import find_issues
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
 SOURCE = "import math\n\n\ndef add(a, b):\n    return a - b\n\n\ndef area(r):\n    return math.pi * r * r\n"
 SUM = "def add(a, b):\n    return a + b"
 BROKEN_SUM = "def add(a, b):\n    return a +"
@@ -132,6 +134,34 @@ def test_crlf_files_stay_crlf_outside_and_inside_the_region(workdir: Path, scrip
     last = "    return (total\r\n)\r\n" if repair else "    return total\r\n"
     new = "def add(a, b):\r\n    total = a + b\r\n" + last
     assert out == (crlf[:a] + new + crlf[b:]).encode()  # the new lines in CRLF
+
+
+def test_a_repair_after_a_crlf_edit_keeps_every_line_after_the_region(workdir: Path, scripted) -> None:
+    """The bad-input battery's file (CRLF, `fibonacci` at lines 55-60, two blank lines after it). The
+    edit breaks its last line; the second repair round re-masks it with a line of context on each
+    side, and the line after is blank, so the span ends after a line break. A fill without one
+    took the first blank line after the region away."""
+    source = (DATA / "crlf_fibonacci.txt").read_bytes()
+    (workdir / "crlf.py").write_bytes(source)
+    draft = "def fibonacci(n: int) -> int:\n    return n\ndef pop(arg"  # broken: '(' never closed
+    round_1 = ["def pop(arg,"] + ["def pop arg"] * 3  # each try still broken (later ones may not write '(')
+    round_2 = "    return n\ndef pop(arg):\n    pass"  # the line before, the fix; no final line break
+    scripted(draft, *round_1, round_2)
+    result = dcode("edit", "crlf.py", "--symbol", "fibonacci", "--instruct", "add type hints", "-q")
+    assert result.exit_code == 0, result.stderr
+    out = (workdir / "crlf.py").read_bytes()
+    a, b = source.index(b"def fibonacci"), source.index(b"\r\n\r\n\r\ndef main") + 2
+    new = b"def fibonacci(n: int) -> int:\r\n    return n\r\ndef pop(arg):\r\n    pass\r\n"
+    assert out == source[:a] + new + source[b:]  # every byte outside the region, and the region whole lines
+    assert out.splitlines(keepends=True)[-13:] == source.splitlines(keepends=True)[-13:]
+
+
+def test_a_fill_of_a_span_ending_after_a_line_break_ends_with_it() -> None:
+    data = b"f(\r\n\r\nx = 1\n"
+    assert splice(data, [(0, 4)], ["f()"]) == "f()\r\n\r\nx = 1\n"  # the blank line after the span stays
+    assert splice(data, [(0, 4)], ["f()\r\n"]) == "f()\r\n\r\nx = 1\n"
+    assert splice(data, [(0, 2)], ["f()"]) == "f()\r\n\r\nx = 1\n"  # a span before its line break: as is
+    assert splice(data, [(0, 4)], [""]) == "\r\nx = 1\n"  # an empty fill deletes the line
 
 
 def test_repair_of_a_crlf_file_writes_crlf_lines(workdir: Path, scripted) -> None:

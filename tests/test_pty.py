@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import struct
 import subprocess
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from dcode.tui_app import REPLAY_FRAMES
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
 
@@ -56,6 +59,12 @@ def test_live_view_draws_on_the_terminal_and_stdout_gets_only_code(tmp_path: Pat
     assert "\x1b[" in text  # the view drew with escape codes on the terminal
     assert "pass" in text and "tiny" in text  # its status bar: pass n and the model name
     assert "dcode: 24 tokens" in text or "dcode: " in text  # the summary line after the view closes
+    # the passes, at a pace a person can follow (all, or REPLAY_FRAMES spread over a run too fast
+    # for them), then the final frame on screen before the view closed
+    drawn = {int(n) for n in re.findall(r"pass (\d+)\b", text)}
+    found = re.search(r"tokens in (\d+) passes", text)
+    assert found is not None and len(drawn) >= min(int(found[1]), REPLAY_FRAMES - 1), sorted(drawn)
+    assert "done" in text
     written = out.read_text()
     assert "\x1b" not in written  # stdout got the code only
     # the same run without a terminal gives the same code

@@ -12,6 +12,7 @@ from dcode.syntax import (
     LANGUAGES,
     Issue,
     UnknownLanguage,
+    decode_python,
     detect_language,
     find_issues,
     format_issue,
@@ -134,6 +135,35 @@ def test_compile_issue_not_added_when_tree_sitter_covers_the_line() -> None:
 def test_python_null_byte_is_an_issue() -> None:
     [issue] = find_issues("x = 1\n\x00\n", "python")
     assert (issue.kind, issue.line, issue.start_byte, issue.end_byte) == ("error", 2, 6, 7)
+
+
+# After a UTF-8 BOM, CPython allows one declared encoding: utf-8, as its tokenizer normalises the
+# name (the first 12 characters, lowercased, "_" as "-"; "utf-8" or "utf-8-..."). `utf8` is not it.
+BOM_BYTES = b"\xef\xbb\xbf"
+SPELLINGS = ["utf8", "UTF8", "utf-8", "UTF-8", "utf_8", "utf-8-sig", "UTF_8_whatever_follows", "latin-1", "ascii"]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize("head", ["# coding: {}\n", "#!/usr/bin/env python\n# -*- coding: {} -*-\n"])
+def test_a_declaration_after_a_bom_is_judged_as_python_judges_it(head: str, spelling: str) -> None:
+    data = BOM_BYTES + head.format(spelling).encode() + "print('\u6211')\n".encode()
+    try:
+        compile(data, "x.py", "exec", dont_inherit=True)  # bytes: the interpreter's own source decoding
+        expected = None
+    except SyntaxError as error:
+        expected = error.msg
+    found = find_issues(data.decode("utf-8"), "python")
+    assert [i.message for i in found] == ([] if expected is None else [expected])
+    if found:
+        assert (found[0].line, found[0].column) == (head.count("\n"), 1)  # the declaration's line
+
+
+def test_bad_coding2_is_an_issue() -> None:
+    """CPython's Lib/test/tokenizedata/bad_coding2.py, byte for byte."""
+    data = BOM_BYTES + b"#coding: utf8\nprint('\xe6\x88\x91')\n"
+    [issue] = find_issues(data.decode("utf-8"), "python")
+    assert (issue.line, issue.column, issue.message) == (1, 1, "encoding problem: utf8 with BOM")
+    assert decode_python(data)[1] == issue
 
 
 def test_missing_token_is_widened_to_its_statement() -> None:

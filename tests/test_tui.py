@@ -17,9 +17,9 @@ from textual.widgets import Static
 
 from dcode import tui
 from dcode.events import Finished, Started
-from dcode.render import COMMITTED_STYLE, MASK_STYLE, Describer
+from dcode.render import COMMITTED_STYLE, MASK_STYLE, Describer, Frame
 from dcode.tui import live_frame, run_live, run_rich
-from dcode.tui_app import CanvasView, LiveApp, LiveResult
+from dcode.tui_app import FRAME_SECONDS, REPLAY_FRAMES, CanvasView, LiveApp, LiveResult, pace
 
 CODE = "def add(a, b):\n    return a + b\n"
 FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
@@ -85,6 +85,11 @@ def status_text(app: LiveApp) -> str:
     return str(app.query_one("#status", Static).content)
 
 
+def settled(app: LiveApp) -> bool:
+    """Whether the final frame is on screen."""
+    return app.frame is not None and app.frame.settled
+
+
 async def until(pilot, condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -104,10 +109,11 @@ def drive(app: LiveApp, script) -> LiveResult | None:
 
 
 def drive_to_the_end(app: LiveApp) -> LiveResult | None:
-    """Run until the stream is over, check the settled code is on screen, close with a key."""
+    """Run until the stream is over and the settled code is on screen, close with a key."""
 
     async def script(pilot):
         await until(pilot, lambda: app.ended is not None)
+        await until(pilot, lambda: settled(app))  # after the frames the view was behind
         assert canvas_text(app) == CODE
         await pilot.press("enter")
 
@@ -128,6 +134,7 @@ def test_steps_render_then_the_final_frame_stays_until_a_key():
         assert [(s.start, s.end, s.style) for s in spans] == [(0, 14, COMMITTED_STYLE), (14, 20, MASK_STYLE)]
         gate.set()
         await until(pilot, lambda: app.ended is not None)
+        await until(pilot, lambda: settled(app))  # after the passes the view was behind
         assert canvas_text(app) == CODE
         assert status_text(app).startswith(" any key closes  fake · cpu · pass 4 · done")
         spans = app.query_one("#canvas", CanvasView).text.spans
@@ -174,37 +181,93 @@ def test_p_pauses_consumption_and_resumes():
     assert drive(app, script) == LiveResult(cancelled=True)
 
 
+class Recording(LiveApp):
+    """A LiveApp that notes each frame it draws (and when), when the stream ended and when it exits."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.drawn: list[tuple[float, Frame]] = []
+        self.over_at = self.exit_at = 0.0
+        self.on_screen_at_exit: Frame | None = None
+
+    def draw(self, frame):
+        if frame is not None:
+            self.drawn.append((time.monotonic(), frame))
+        super().draw(frame)
+
+    def on_stream_over(self, message):
+        self.over_at = time.monotonic()
+        super().on_stream_over(message)
+
+    def exit(self, *args, **kwargs):
+        if not self.exit_at:
+            self.exit_at, self.on_screen_at_exit = time.monotonic(), self.frame
+        super().exit(*args, **kwargs)
+
+
+def passes(count: int) -> list:
+    """`count` passes (2 to 10) over ANSWER: the end first, then one position a pass, the rest last."""
+    groups = [[9, 10], *[[i] for i in range(count - 2)]]
+    groups.append([i for i in range(len(ANSWER)) if not any(i in g for g in groups)])
+    canvas, steps = [MASK] * len(ANSWER), []
+    for forward, positions in enumerate(groups, 1):
+        for i in positions:
+            canvas[i] = ANSWER[i]
+        steps.append(step(list(canvas), positions, forward))
+    return steps
+
+
+@pytest.mark.parametrize(("waiting", "room"), [(0, 9), (3, 9), (9, 9), (10, 9), (10, 4), (101, 9), (500, 7), (5, 0)])
+def test_pace_draws_all_that_fit_else_an_even_spread_ending_with_the_newest(waiting: int, room: int) -> None:
+    picked = pace(waiting, room)
+    assert len(picked) == min(waiting, max(1, room))
+    if waiting <= max(1, room):
+        assert picked == list(range(waiting))
+    else:
+        gaps = [b - a for a, b in zip([-1, *picked], picked, strict=False)]
+        assert picked[-1] == waiting - 1 and max(gaps) - min(gaps) <= 1  # even: gaps differ by one at most
+    assert pace(10, 4) == [1, 4, 6, 9]
+
+
+def test_every_pass_of_a_short_fast_run_is_drawn_in_order_at_a_pace():
+    """8 passes with no time between them (dcode-tiny's 8 take 0.6 s on a CPU), the default CPU
+    budget: the view draws each pass, in order, a tick apart, then the settled frame."""
+    app = Recording(Source(passes(8)), describer(), exit_when_done=True)
+    assert app.run(headless=True, size=(60, 12)) == LiveResult(result=FINISHED)
+    assert [frame.forward for _, frame in app.drawn if not frame.settled] == list(range(1, 9))  # each once, in order
+    assert app.drawn[-1][1].settled and app.on_screen_at_exit is app.drawn[-1][1]
+    times = [at for at, _ in app.drawn]
+    assert min(b - a for a, b in zip(times, times[1:], strict=False)) >= 0.5 * FRAME_SECONDS
+    assert app.exit_at - app.over_at <= (REPLAY_FRAMES + 1) * FRAME_SECONDS + 1.0  # about 1 s added, at most
+
+
+def test_exit_when_done_shows_the_final_frame_for_a_tick_first():
+    app = Recording(Source(STEPS), describer(), exit_when_done=True, cpu_share=1.0)
+    assert app.run(headless=True, size=(60, 12)) == LiveResult(result=FINISHED)
+    shown_at, final = app.drawn[-1]
+    assert final.settled and app.on_screen_at_exit is final
+    assert app.exit_at - shown_at >= 0.5 * FRAME_SECONDS  # on screen for a tick, not closed in the same breath
+
+
+def test_a_long_fast_run_drops_frames_evenly_and_adds_at_most_the_replay():
+    """With no CPU budget nothing is drawn while the sampler runs (it is never slowed); after it,
+    REPLAY_FRAMES frames spread evenly over what it outran, the settled one last."""
+    steps = [step(ANSWER, [0], forward) for forward in range(1, 101)]
+    app = Recording(Source(steps), describer(), exit_when_done=True, cpu_share=0.0)
+    assert app.run(headless=True, size=(60, 12)) == LiveResult(result=FINISHED)
+    assert all(at >= app.over_at for at, _ in app.drawn)
+    waiting = [*range(1, 101), "settled"]
+    expected = [waiting[i] for i in pace(len(waiting), REPLAY_FRAMES)]
+    assert [("settled" if f.settled else f.forward) for _, f in app.drawn] == expected
+    assert app.exit_at - app.over_at <= (REPLAY_FRAMES + 1) * FRAME_SECONDS + 1.0
+
+
 def test_frames_are_dropped_but_the_last_is_drawn():
-    drawn = []
-
-    class Counting(LiveApp):
-        def on_frame_ready(self, message):
-            drawn.append(message.frame)
-            super().on_frame_ready(message)
-
     source = Source(STEPS * 100)
-    app = Counting(source, describer(), cpu_share=1.0)
-
+    app = Recording(source, describer(), cpu_share=1.0)
     assert drive_to_the_end(app) == LiveResult(result=FINISHED)
     assert source.pulled == len(STEPS) * 100 + 1
-    assert 1 <= len(drawn) < 100
-
-
-def test_a_view_out_of_cpu_budget_draws_only_the_final_frame():
-    """With no CPU budget for the view, no step is drawn, yet the settled code is (the budget
-    keeps the view from slowing the sampler; the final frame is always drawn)."""
-    drawn = []
-
-    class Counting(LiveApp):
-        def draw(self, frame):
-            drawn.append(frame)
-            super().draw(frame)
-
-    source = Source(STEPS * 20, delay=0.005)
-    app = Counting(source, describer(), cpu_share=0.0)
-
-    assert drive_to_the_end(app) == LiveResult(result=FINISHED)
-    assert [frame.settled for frame in drawn if frame is not None] == [True]
+    assert 1 <= len(app.drawn) < 100 and app.drawn[-1][1].settled
 
 
 def test_the_view_follows_the_active_line_then_shows_the_top():
@@ -273,6 +336,15 @@ def test_run_live_without_a_view_drains_the_source():
     source = Source(STEPS)
     assert run_live(source, describer(), view="none") is FINISHED
     assert source.pulled == len(STEPS) + 1
+
+
+def test_no_view_and_the_rich_fallback_keep_no_pace():
+    """A run without the app (--no-live, a piped stdin) is never held back to show its passes."""
+    began = time.monotonic()
+    assert run_live(Source(passes(8)), describer(), view="none") is FINISHED
+    console = Console(file=StringIO(), width=40, height=10, force_terminal=True, color_system=None)
+    assert run_rich(Source(passes(8)), describer(), console=console) is FINISHED
+    assert time.monotonic() - began < 8 * FRAME_SECONDS  # what the app's pace would take for the two
 
 
 def test_rich_fallback_draws_the_same_canvas_on_its_console():

@@ -73,14 +73,14 @@ def check(
 
 def check_one(path: Path, lang: str | None) -> tuple[str, list[Issue]] | None:
     """A file's language and issues; None (after one line on stderr) when it cannot be checked:
-    unreadable, not a regular file, binary, of no known language. Python files are decoded by
-    Python's own rules (a BOM, a PEP 263 declaration, else UTF-8): what the interpreter rejects
-    before parsing is an issue too; other languages must be UTF-8."""
+    unreadable, a folder, binary, of no known language. A pipe (`<(...)`, a FIFO) is read as cat
+    reads it. Python files are decoded by Python's own rules (a BOM, a PEP 263 declaration, else
+    UTF-8): what the interpreter rejects before parsing is an issue too; other languages must be UTF-8."""
     from dcode import syntax
     from dcode.files import FileProblem, read_bytes
 
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, streams=True)
         language = syntax.detect_language(str(path), data.decode("utf-8", errors="replace"), lang)
     except FileProblem as error:
         typer.echo(f"dcode: error: {error}", err=True)
