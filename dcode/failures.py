@@ -47,7 +47,11 @@ class Counts:
     errors: int = 0  # errors at collection or in fixtures: a test that cannot even run
 
     def __str__(self) -> str:
-        parts = [(self.failed, "failed"), (self.passed, "passed"), (self.errors, "error" if self.errors == 1 else "errors")]
+        parts = [
+            (self.failed, "failed"),
+            (self.passed, "passed"),
+            (self.errors, "error" if self.errors == 1 else "errors"),
+        ]
         return ", ".join(f"{n} {word}" for n, word in parts if n) or "no tests ran"
 
 
@@ -82,9 +86,7 @@ _TEST_HEADER = re.compile(r"^_{3,} (.+?) _{3,}$")
 _TRACEBACK_FILE = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+)')
 _PYTEST_FRAME = re.compile(r"^(?P<path>[^\s:][^:]*?\.\w+):(?P<line>\d+):(?: (?P<rest>.*))?$")
 # gcc, clang, go, ruff, mypy, eslint -f unix, tsc --pretty: path:line[:col][:] [-] message
-_DIAGNOSTIC = re.compile(
-    r"^(?P<path>[^\s:(][^:(]*?\.\w+):(?P<line>\d+)(?::(?P<col>\d+))?(?::| -) ?(?P<message>.*)$"
-)
+_DIAGNOSTIC = re.compile(r"^(?P<path>[^\s:(][^:(]*?\.\w+):(?P<line>\d+)(?::(?P<col>\d+))?(?::| -) ?(?P<message>.*)$")
 _TSC = re.compile(r"^(?P<path>[^\s(][^(]*?\.\w+)\((?P<line>\d+),(?P<col>\d+)\): (?P<message>.*)$")
 _RUST_ARROW = re.compile(r"^\s*--> (?P<path>[^\s:]+):(?P<line>\d+):(?P<col>\d+)$")
 _NOT_ERRORS = re.compile(r"^\s*(note|warning|info|help)\b", re.IGNORECASE)
@@ -135,9 +137,7 @@ def _pytest_section(name: str, body: list[str]) -> Failure:
     lines as the message, and the `>` lines beside them as the context."""
     frames: list[Location] = []
     for line in body:
-        if match := _PYTEST_FRAME.match(line):
-            frames.append(Location(match["path"], int(match["line"])))
-        elif match := _TRACEBACK_FILE.search(line):
+        if (match := _PYTEST_FRAME.match(line)) or (match := _TRACEBACK_FILE.search(line)):
             frames.append(Location(match["path"], int(match["line"])))
     errors = [line[1:].strip() for line in body if line.startswith("E ")]
     message = next((e for e in reversed(errors) if re.match(r"\w+(\.\w+)*(Error|Exception)\b", e)), None)
