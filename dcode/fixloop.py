@@ -493,7 +493,7 @@ def fix(
             yield Tested(number, after, judged, best)
     finally:
         space.restore()  # the best state, also when interrupted mid-round
-    space.drop_needless_backups()
+        space.drop_needless_backups()
     changed, seconds = tuple(space.changed()), time.perf_counter() - began
     yield Fixed(first, best, rounds, kept, changed, dict(space.backups), dict(space.original), seconds, note)
 
