@@ -395,7 +395,6 @@ def test_sigterm_mid_loop_restores_the_original_and_ends_the_tests(project: Path
         pytest.fail("the test command still runs")
 
 
-@pytest.mark.slow
 def test_dcode_tiny_keeps_every_file_promise(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded model through the real command: whatever it writes, the file ends at the best
     state (the original, or a better one with a byte-identical backup) and the exit code says so."""
