@@ -409,3 +409,19 @@ def test_dcode_tiny_keeps_every_file_promise(project: Path, monkeypatch: pytest.
     else:
         assert (project / "calc.py.orig").read_text() == CALC
     assert textwrap.dedent(TESTS) == (project / "test_calc.py").read_text()
+
+
+def test_through_an_endpoint_over_a_real_socket(project: Path) -> None:
+    """The endpoint's fill (a replay server on loopback, answering fill-in-the-middle) fixes it."""
+    from test_endpoint import ReplayServer, fim_server
+
+    server = ReplayServer(fim_server(ADD))
+    try:
+        args = ["fix", "calc.py", "--test", PYTEST, "--endpoint", server.url, "--model", "m", "--no-repair", "-q"]
+        result = CliRunner().invoke(app, args, env={"DCODE_LOG": "0"}, prog_name="dcode")
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.stderr
+    assert (project / "calc.py").read_text() == CALC.replace(" + 1\n", "\n")
+    (post,) = server.posts
+    assert "Fix `add` so that" in post.body["prompt"] and post.body["suffix"].startswith("\n\ndef mean(xs):")
