@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dcode import fixloop
+from dcode import fixloop, fixtargets
 from dcode.cli import app
 from dcode.failures import parse
 from dcode.fixloop import Fixed, Settings, Targets, Workspace
@@ -198,9 +198,9 @@ def test_a_recorded_tsc_error_becomes_the_function_around_it(tmp_path: Path) -> 
     (tmp_path / "src" / "app.ts").write_text(source)
     output = "src/app.ts(2,7): error TS2322: Type 'string' is not assignable to type 'number'.\n"
     targets = Targets.of([Path("src")], tmp_path)
-    (picked,) = fixloop.pick(tuple(parse(output)), targets, Workspace().read, 3)
+    (picked,) = fixtargets.pick(tuple(parse(output)), targets, Workspace().read, 3)
     assert (picked.path, picked.symbol, picked.region) == (tmp_path / "src" / "app.ts", "total", (0, len(source)))
-    asked = fixloop.instruction(picked, "npx tsc --noEmit", 1200)
+    asked = fixtargets.instruction(picked, "npx tsc --noEmit", 1200)
     assert asked == (
         "Fix `total` so that `npx tsc --noEmit` passes.\n"
         "It fails: error TS2322: Type 'string' is not assignable to type 'number'."
@@ -209,7 +209,7 @@ def test_a_recorded_tsc_error_becomes_the_function_around_it(tmp_path: Path) -> 
 
 def test_lines_around_when_no_function_encloses_the_line() -> None:
     source = "".join(f"x{i} = {i}\n" for i in range(1, 21))
-    region, symbol = fixloop.enclosing(source, "python", 10, 3)
+    region, symbol = fixtargets.enclosing(source, "python", 10, 3)
     assert symbol is None and source.encode()[region[0] : region[1]].decode() == "".join(
         f"x{i} = {i}\n" for i in range(7, 14)
     )
@@ -217,9 +217,9 @@ def test_lines_around_when_no_function_encloses_the_line() -> None:
 
 def test_an_instruction_is_cut_to_its_budget() -> None:
     failure = parse(f"a.py:1: error: {'x' * 500}\n  context line\n")[0]
-    target = fixloop.Target(Path("a.py"), (0, 0), None, (failure,) * 3)
-    assert len(fixloop.instruction(target, "make", 200)) == 200
-    assert fixloop.instruction(target, "make", 200).endswith("...")
+    target = fixtargets.Target(Path("a.py"), (0, 0), None, (failure,) * 3)
+    assert len(fixtargets.instruction(target, "make", 200)) == 200
+    assert fixtargets.instruction(target, "make", 200).endswith("...")
 
 
 def test_an_interrupt_mid_round_restores_the_best_state(project: Path) -> None:
@@ -425,3 +425,14 @@ def test_through_an_endpoint_over_a_real_socket(project: Path) -> None:
     assert (project / "calc.py").read_text() == CALC.replace(" + 1\n", "\n")
     (post,) = server.posts
     assert "Fix `add` so that" in post.body["prompt"] and post.body["suffix"].startswith("\n\ndef mean(xs):")
+
+
+def test_the_loop_knows_nothing_of_models_or_the_command_line() -> None:
+    from test_imports import dcode_imports, heavy_modules_after
+
+    assert dcode_imports("dcode.failures") == set() and dcode_imports("dcode.history") == set()
+    assert dcode_imports("dcode.fixtargets") <= {"dcode.failures", "dcode.edit", "dcode.syntax"}
+    assert dcode_imports("dcode.fixloop") <= {"dcode.failures", "dcode.fixtargets", "dcode.edit", "dcode.files"}
+    done, heavy = heavy_modules_after("from dcode.cli import main\nmain()", argv=["dcode", "fix", "--help"])
+    assert done.returncode == 0 and done.stdout.startswith("Usage: dcode fix [OPTIONS] PATHS..."), done.stderr
+    assert heavy == []
