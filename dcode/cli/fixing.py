@@ -55,7 +55,8 @@ TestTimeoutOption = Annotated[
 def fix_command(
     ctx: typer.Context,
     paths: Annotated[
-        list[Path], typer.Argument(help="Files dcode may change; a folder: its source files, test files excepted.")
+        list[Path],
+        typer.Argument(help="Files dcode may change; a folder: its source files, test files excepted."),
     ],
     test: TestOption = None,
     rounds: RoundsOption = 3,
