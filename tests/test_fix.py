@@ -15,14 +15,18 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Annotated, Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from dcode import fixloop, fixtargets
-from dcode.cli import app
+from dcode.cli import app, fixing
+from dcode.cli.options import with_options
 from dcode.failures import parse
 from dcode.fixloop import Fixed, Settings, Targets, Workspace
+from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
 
@@ -264,8 +268,6 @@ def test_restore_puts_the_best_state_back(tmp_path: Path) -> None:
 
 
 def invoke(args: list[str], fill: ScriptedFill, monkeypatch: pytest.MonkeyPatch, env: dict[str, str] | None = None):
-    from dcode.cli import fixing
-
     monkeypatch.setattr(fixing, "filler", lambda ctx, params: (fill, fixing.Fills(model="scripted")))
     return CliRunner().invoke(app, ["fix", *args], env={"DCODE_LOG": "0", **(env or {})}, prog_name="dcode")
 
@@ -436,3 +438,34 @@ def test_the_loop_knows_nothing_of_models_or_the_command_line() -> None:
     done, heavy = heavy_modules_after("from dcode.cli import main\nmain()", argv=["dcode", "fix", "--help"])
     assert done.returncode == 0 and done.stdout.startswith("Usage: dcode fix [OPTIONS]"), done.stderr
     assert heavy == []
+
+
+stand_in = typer.Typer()
+
+
+@stand_in.command()
+@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
+def new(
+    ctx: typer.Context,
+    prompt: str,
+    output: Annotated[str, typer.Option("-o")],
+    test: fixing.TestOption = None,
+    rounds: fixing.RoundsOption = 3,
+    test_timeout: fixing.TestTimeoutOption = 300.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    **chosen: Any,
+) -> None:
+    """A stand-in for `dcode new` with its options: writes the model's answer (with its off-by-one),
+    then does what `new -o FILE --test CMD` must: fix_written."""
+    Path(output).write_text(CALC)
+    if test:
+        fixing.fix_written(Path(output), test, rounds, test_timeout, ctx)
+
+
+def test_new_with_test_runs_the_same_loop_on_the_written_file(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fill = ScriptedFill(add=ADD)
+    monkeypatch.setattr(fixing, "filler", lambda ctx, params: (fill, fixing.Fills(model="scripted")))
+    args = ["add two numbers", "-o", "calc.py", "--test", PYTEST, "--json", "-q"]
+    result = CliRunner().invoke(stand_in, args, env={"DCODE_LOG": "0"})
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+    assert (project / "calc.py").read_text() == CALC.replace(" + 1\n", "\n") and len(fill.calls) == 1

@@ -195,3 +195,25 @@ def test_a_fix_records_each_round(db: Path, tmp_path: Path, monkeypatch: pytest.
     assert "sk-never" not in db.read_bytes().decode("latin-1")
     again = dcode("fix", "calc.py", "--test", PYTEST, "-q", env={"DCODE_LOG": "0"})
     assert again.exit_code == 0 and len(history.latest(db)) == 1
+
+
+def test_new_edit_and_repair_results_are_recorded_as_they_come(db: Path) -> None:
+    """What `new`, `edit` and `repair` hand to remember_result: their result records as they are."""
+    from dcode.cli.history import remember_result
+    from dcode.events import Edited, Finished, Repaired
+
+    source = "def add(a, b):\n    return a - b\n"
+    code = "def add(a, b):\n    return a + b\n"
+    edited = Edited(code, (15, 32), (15, 32), 20, 5, 6, 6, 22, 4, 0.5, 0, 0)
+    remember_result("edit", edited, log=True, exit_code=0, prompt="use plus", path=Path("m.py"), model="dcode-tiny")
+    repair = Repaired(code, 1, 0, (), 1, 1, 1, 6, 3, 0.2)
+    finished = Finished(code, 12, 14, 32, 8, 1.25, repair=repair)
+    remember_result("new", finished, log=True, exit_code=0, prompt="add two numbers", path=None, model="dcode-tiny")
+    remember_result("repair", Repaired(code, 1, 0, (), 1, 1, 1, 6, 3, 0.2), log=True, exit_code=0, path=Path("m.py"))
+    repaired, new, edit = history.latest(db)
+    assert (edit.command, edit.files, edit.tokens, edit.passes, edit.seconds) == (
+        "edit", (Touched("m.py", ((2, 2),)),), 6, 4, 0.5,
+    )  # fmt: skip
+    assert (new.command, new.files, new.tokens, new.passes, new.seconds, new.answer) == ("new", (), 14, 11, 1.25, code)
+    assert (repaired.command, repaired.tokens, repaired.passes, repaired.seconds) == ("repair", 6, 3, 0.2)
+    assert source != code

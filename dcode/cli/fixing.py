@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli.common import RUNTIME, USAGE, app, fail, interrupted, view_mode
+from dcode.cli.common import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted, view_mode
 from dcode.cli.history import LogOption, remember
 from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
@@ -137,7 +137,22 @@ def filler(ctx: typer.Context, params: Mapping[str, Any]) -> tuple[Regenerate, F
     return _local_fill(ctx, params, config, fills), fills
 
 
-_NOT_SETTINGS = frozenset({"paths", "test", "api_key", "diff", "as_json", "log", "quiet", "live", "exit_when_done"})
+_NOT_SETTINGS = frozenset(
+    {
+        "paths",
+        "test",
+        "api_key",
+        "diff",
+        "as_json",
+        "log",
+        "quiet",
+        "live",
+        "exit_when_done",
+        "prompt",
+        "output",
+        "force",
+    }
+)
 
 
 def _local_fill(ctx: typer.Context, params: Mapping[str, Any], config: Any, fills: Fills) -> Regenerate:
@@ -236,12 +251,16 @@ def run_fix(
             seen.append(event)
             if not quiet:
                 say(event, settings.command)
-    except KeyboardInterrupt as error:
-        record_rounds(seen, fills, params, 143 if type(error).__name__ == "Terminated" else 130)
+    except KeyboardInterrupt as error:  # the loop has put the best state back
+        record_rounds(seen, fills, params, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
         interrupted(error)
-    except (OSError, FileProblem) as error:
+    except OSError as error:
         record_rounds(seen, fills, params, RUNTIME)
-        fail(f"cannot write: {getattr(error, 'strerror', None) or error}", RUNTIME)
+        where = f"{error.filename}: " if error.filename else ""
+        fail(f"fix stopped: {where}{error.strerror or error}", RUNTIME)
+    except FileProblem as error:  # a file the failures point into that cannot be read
+        record_rounds(seen, fills, params, RUNTIME)
+        fail(f"fix stopped: {error}", RUNTIME)
     done = seen[-1]
     assert isinstance(done, fixloop.Fixed)
     if params["as_json"]:
@@ -381,5 +400,5 @@ def fix_written(path: Path, test: str, rounds: int, test_timeout: float, ctx: ty
     from dcode.fixloop import Settings, Targets
 
     regenerate, fills = filler(ctx, ctx.params)
-    params = {"as_json": False, "diff": False, "log": True, **ctx.params, "test": test}
+    params = {"log": True, **ctx.params, "as_json": False, "diff": False, "test": test}  # new's --json is new's
     run_fix(Targets.of([path], Path.cwd()), Settings(test, rounds, test_timeout), regenerate, fills, params)

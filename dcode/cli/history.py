@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -50,6 +50,46 @@ def remember(entry: Entry, log: bool = True, now: Callable[[], datetime] | None 
     except history.HistoryError as error:
         typer.echo(f"dcode: warning: not recorded in the history: {error}", err=True)
         return None
+
+
+def remember_result(
+    command: str,
+    result: Any,
+    *,
+    log: bool,
+    exit_code: int,
+    prompt: str | None = None,
+    path: Path | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    endpoint: str | None = None,
+    settings: Mapping[str, object] | None = None,
+) -> int | None:
+    """Record a `new`, `edit` or `repair` result (dcode.events' Finished, Edited or Repaired, or an
+    endpoint's record with the same `code` and `metadata()`): its code, counters and, for an edit,
+    the lines it rewrote in `path`. Call it after the answer is delivered, with the exit code the
+    command is about to return."""
+    from dcode.edit import lines_of
+    from dcode.history import Entry, Touched
+
+    meta = result.metadata()
+    repaired = meta.get("repair") if isinstance(meta.get("repair"), dict) else {}
+    passes = meta.get("forward_passes", 0) + (repaired.get("extra_forward_passes") or 0)
+    regions = (lines_of(result.code, result.new_region),) if hasattr(result, "new_region") else ()
+    entry = Entry(
+        command,
+        prompt=prompt,
+        model=model, dtype=dtype, device=device, endpoint=endpoint,
+        settings=dict(settings or {}),
+        files=(Touched(str(path), regions),) if path is not None else (),
+        answer=result.code,
+        tokens=meta.get("tokens", meta.get("tokens_regenerated")),
+        passes=passes or meta.get("extra_forward_passes"),
+        seconds=meta.get("seconds", meta.get("extra_seconds")),
+        exit_code=exit_code,
+    )  # fmt: skip
+    return remember(entry, log)
 
 
 log_app = typer.Typer(
