@@ -210,6 +210,10 @@ class Workspace:
                     backup.unlink()
                 del self.backups[path]
 
+    def state(self) -> tuple[tuple[Path, str], ...]:
+        """What is on disk now, comparable with another round's."""
+        return tuple(sorted(self.current.items()))
+
     def changed(self) -> list[Path]:
         return [p for p in self.original if self.current[p] != self.original[p]]
 
@@ -297,6 +301,7 @@ def fix(
     yield Tested(0, first, "first", best)
     rounds, note, worse_before = 0, "", None
     kept: tuple[Rewrote, ...] = ()
+    undone: set[tuple[tuple[Path, str], ...]] = set()  # the files of each round undone as worse
     try:
         for number in range(1, settings.rounds + 1):
             if best.passes:
@@ -312,9 +317,13 @@ def fix(
             if not done:
                 note = "the fills changed nothing"
                 break
+            if space.state() in undone:  # a greedy fill answers the same request the same way
+                note = "the fills repeated a round already undone"
+                break
             after = run(settings.command, settings.timeout, None)
             judged = judge(after, best)
             if judged == "worse":
+                undone.add(space.state())
                 space.restore()
                 current, worse_before = best, after.verdict
             else:

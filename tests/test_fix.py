@@ -156,8 +156,12 @@ def test_only_worse_fills_leave_the_files_as_they_were(project: Path) -> None:
     (project / "test_calc.py").write_text(TESTS + "\n\ndef test_add_more():\n    assert add(2, 2) == 4\n")
     (project / "calc.py").write_text(CALC.replace(" + 1", " * 1 if a > 1 else a + b + 1"))
     before = (project / "calc.py").read_text()
-    done = fix(["calc.py"], fill, rounds=2)[-1]
+    events = fix(["calc.py"], fill, rounds=3)
+    done = events[-1]
     assert isinstance(done, Fixed) and done.exit_code == 4
+    # round 2's fill is round 1's again: not run a second time, the loop stops there
+    assert [e.judged for e in events if isinstance(e, fixloop.Tested)] == ["first", "worse"]
+    assert (done.rounds, done.note) == (2, "the fills repeated a round already undone")
     assert (project / "calc.py").read_text() == before
     assert names(project) == ["calc.py", "test_calc.py"]  # back as it was: no backup left behind
 

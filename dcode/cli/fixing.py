@@ -129,9 +129,11 @@ def filler(ctx: typer.Context, params: Mapping[str, Any]) -> tuple[Regenerate, F
     from dcode.cli.common import sampler_config
 
     config = sampler_config(params)  # a bad sampler option fails before anything runs
+    given = [k for k in params if (source := ctx.get_parameter_source(k)) is not None and source.name != "DEFAULT"]
+    chosen = [k for k in params if k in ("rounds", "test_timeout") or k in given]  # the model's defaults fill the rest
     plain = (bool, int, float, str)
-    settings: dict[str, object] = {k: v for k, v in params.items() if k not in _NOT_SETTINGS and isinstance(v, plain)}
-    fills = Fills(settings=settings)  # dcode.history.scrub drops the key on the way in
+    settings = {k: params[k] for k in chosen if k not in _NOT_SETTINGS and isinstance(params[k], plain)}
+    fills = Fills(settings=dict(settings))  # dcode.history.scrub drops a key on the way in
     if params.get("endpoint"):
         return _endpoint_fill(params, fills), fills
     return _local_fill(ctx, params, config, fills), fills
