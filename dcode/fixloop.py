@@ -141,19 +141,24 @@ Judgement = Literal["first", "better", "same", "worse"]
 
 def judge(new: Run, best: Run) -> Judgement:
     """How a round's run compares with the best so far. Worse: it times out, has more errors (a
-    failing test turned into an import or collection error), more problems, or fewer passing tests."""
+    failing test turned into an import or collection error), more problems, or fewer passing tests.
+    Better: it passes, has fewer problems, or as many with more tests passing (`pytest -x` got further)."""
     if new.passes:
         return "same" if best.passes else "better"
     if best.passes or (new.timed_out and not best.timed_out):
         return "worse"
+    further = False
     if new.counts is not None and best.counts is not None:
         if new.counts.errors > best.counts.errors or new.counts.passed < best.counts.passed:
             return "worse"
+        further = new.counts.passed > best.counts.passed
     elif best.counts is not None and not best.timed_out:
         return "worse"  # the runner no longer gets to its summary
     if new.problems > best.problems:
         return "worse"
-    return "better" if new.problems < best.problems or (best.timed_out and not new.timed_out) else "same"
+    if new.problems < best.problems or further or (best.timed_out and not new.timed_out):
+        return "better"
+    return "same"
 
 
 # ---------------------------------------------------------------------------------------------

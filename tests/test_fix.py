@@ -473,3 +473,29 @@ def test_new_with_test_runs_the_same_loop_on_the_written_file(project: Path, mon
     result = CliRunner().invoke(stand_in, args, env={"DCODE_LOG": "0"})
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
     assert (project / "calc.py").read_text() == CALC.replace(" + 1\n", "\n") and len(fill.calls) == 1
+
+
+def run_of(output: str, code: int = 1, timed_out: bool = False) -> fixloop.Run:
+    from dcode.failures import counts
+
+    return fixloop.Run(code, output, 1.0, counts(output), tuple(parse(output)), timed_out)
+
+
+@pytest.mark.parametrize(
+    ("new", "best", "judged"),
+    [
+        (run_of("2 passed in 0.1s", 0), run_of("1 failed, 1 passed in 0.1s"), "better"),
+        (run_of("1 failed, 1 passed in 0.1s"), run_of("2 failed in 0.1s"), "better"),
+        (run_of("1 failed, 3 passed in 0.1s"), run_of("1 failed, 1 passed in 0.1s"), "better"),  # -x got further
+        (run_of("1 failed, 1 passed in 0.1s"), run_of("1 failed, 1 passed in 0.1s"), "same"),
+        (run_of("1 error in 0.1s"), run_of("1 failed, 1 passed in 0.1s"), "worse"),  # now an import error
+        (run_of("2 failed in 0.1s"), run_of("1 failed, 1 passed in 0.1s"), "worse"),
+        (run_of("1 failed in 0.1s"), run_of("1 failed, 1 passed in 0.1s"), "worse"),  # a passing test is gone
+        (run_of("", -9, timed_out=True), run_of("1 failed, 1 passed in 0.1s"), "worse"),
+        (run_of("Segmentation fault"), run_of("1 failed, 1 passed in 0.1s"), "worse"),  # no summary any more
+        (run_of("a.c:1:1: error: x\na.c:2:1: error: y\n"), run_of("a.c:1:1: error: x\n"), "worse"),
+        (run_of("a.c:1:1: error: x\n"), run_of("a.c:1:1: error: x\na.c:2:1: error: y\n"), "better"),
+    ],
+)
+def test_judging_a_round(new: fixloop.Run, best: fixloop.Run, judged: str) -> None:
+    assert fixloop.judge(new, best) == judged
