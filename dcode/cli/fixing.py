@@ -204,16 +204,13 @@ def _local_fill(ctx: typer.Context, params: Mapping[str, Any], config: Any, fill
 def _endpoint_fill(params: Mapping[str, Any], fills: Fills) -> Regenerate:
     from dcode.cli import remote
 
-    connected: list[Any] = []
+    endpoint = remote.connect(params)  # bad endpoint options fail before the tests run
+    fills.model, fills.endpoint = endpoint.model, endpoint.shown
 
     def regenerate(path: Path, source: str, region: tuple[int, int], instruction: str) -> str:
         from dcode import syntax
         from dcode.remote import flows
 
-        if not connected:
-            connected.append(remote.connect(params))
-            fills.model, fills.endpoint = connected[0].model, connected[0].shown
-        endpoint = connected[0]
         language = syntax.detect_language(str(path), source, None) or "python"
         old = source.encode()[region[0] : region[1]].decode()
         ask = remote.sampling(params, params.get("length") or flows.fill_budget(old, 32))
