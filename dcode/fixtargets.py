@@ -44,13 +44,19 @@ class Targets:
         return cls(frozenset(p for p in named if not p.is_dir()), tuple(p for p in named if p.is_dir()), root.resolve())
 
     def allows(self, printed: str) -> Path | None:
-        """The file a printed path names, if the fix may change it."""
+        """The file a printed path names, if the fix may change it. A relative path that names no
+        file here may be relative to the runner's own root (pytest's rootdir, a folder up): a
+        named file whose path ends with it is that file."""
         path = (self.root / printed).resolve()
         if path in self.files:
             return path
         for folder in self.folders:
             if path.is_relative_to(folder) and path.is_file() and not is_test_file(path, folder):
                 return path if _language(path) is not None else None
+        if not Path(printed).is_absolute() and not path.exists():
+            tail = Path(printed).parts
+            ends = [f for f in self.files if f.parts[-len(tail) :] == tail and ".." not in tail]
+            return ends[0] if len(ends) == 1 else None
         return None
 
     def sources(self, most: int = 200) -> list[Path]:

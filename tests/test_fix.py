@@ -499,3 +499,12 @@ def run_of(output: str, code: int = 1, timed_out: bool = False) -> fixloop.Run:
 )
 def test_judging_a_round(new: fixloop.Run, best: fixloop.Run, judged: str) -> None:
     assert fixloop.judge(new, best) == judged
+
+
+def test_paths_printed_from_the_runners_root_find_the_named_file(tmp_path: Path) -> None:
+    """pytest prints paths from its rootdir; dcode fix may run in a folder below it."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "calc.py").write_text(CALC)
+    targets = Targets.of([Path("calc.py")], tmp_path / "pkg")
+    assert targets.allows("pkg/calc.py") == targets.allows("calc.py") == (tmp_path / "pkg" / "calc.py").resolve()
+    assert targets.allows("other/calc.py") is None and targets.allows("test_calc.py") is None
