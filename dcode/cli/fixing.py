@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dcode.cli.common import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted, view_mode
-from dcode.cli.history import LogOption, remember
+from dcode.cli.history import LogOption, chosen_settings, remember
 from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
 from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
@@ -129,32 +129,10 @@ def filler(ctx: typer.Context, params: Mapping[str, Any]) -> tuple[Regenerate, F
     from dcode.cli.common import sampler_config
 
     config = sampler_config(params)  # a bad sampler option fails before anything runs
-    given = [k for k in params if (source := ctx.get_parameter_source(k)) is not None and source.name != "DEFAULT"]
-    chosen = [k for k in params if k in ("rounds", "test_timeout") or k in given]  # the model's defaults fill the rest
-    plain = (bool, int, float, str)
-    settings = {k: params[k] for k in chosen if k not in _NOT_SETTINGS and isinstance(params[k], plain)}
-    fills = Fills(settings=dict(settings))  # dcode.history.scrub drops a key on the way in
+    fills = Fills(settings=chosen_settings(ctx, always=("rounds", "test_timeout")))
     if params.get("endpoint"):
         return _endpoint_fill(params, fills), fills
     return _local_fill(ctx, params, config, fills), fills
-
-
-_NOT_SETTINGS = frozenset(
-    {
-        "paths",
-        "test",
-        "api_key",
-        "diff",
-        "as_json",
-        "log",
-        "quiet",
-        "live",
-        "exit_when_done",
-        "prompt",
-        "output",
-        "force",
-    }
-)
 
 
 def _local_fill(ctx: typer.Context, params: Mapping[str, Any], config: Any, fills: Fills) -> Regenerate:

@@ -52,6 +52,25 @@ def remember(entry: Entry, log: bool = True, now: Callable[[], datetime] | None 
         return None
 
 
+_NOT_SETTINGS = frozenset(
+    {"paths", "file", "files", "prompt", "instruct", "test", "output", "force", "diff", "dry_run", "as_json", "log"}
+    | {"quiet", "live", "exit_when_done"}
+)
+
+
+def chosen_settings(ctx: typer.Context, always: tuple[str, ...] = ()) -> dict[str, object]:
+    """What a record keeps of a command's settings: the options the user set (a flag or a DCODE_*
+    variable; a model's own defaults fill the rest), plus `always`, less what is not a setting
+    (paths, the prompt, output switches). Keys and tokens go later, in dcode.history.scrub."""
+    out: dict[str, object] = {}
+    for name, value in ctx.params.items():
+        source = ctx.get_parameter_source(name)
+        given = name in always or (source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"))
+        if given and name not in _NOT_SETTINGS and isinstance(value, bool | int | float | str):
+            out[name] = value
+    return out
+
+
 def remember_result(
     command: str,
     result: Any,
