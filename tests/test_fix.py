@@ -508,3 +508,12 @@ def test_paths_printed_from_the_runners_root_find_the_named_file(tmp_path: Path)
     targets = Targets.of([Path("calc.py")], tmp_path / "pkg")
     assert targets.allows("pkg/calc.py") == targets.allows("calc.py") == (tmp_path / "pkg" / "calc.py").resolve()
     assert targets.allows("other/calc.py") is None and targets.allows("test_calc.py") is None
+
+
+def test_the_command_when_the_tests_pass_already(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "calc.py").write_text(ADD + "\n\n" + MEAN)
+    result = invoke(["calc.py", "--test", PYTEST], ScriptedFill(), monkeypatch)
+    assert result.exit_code == 0, result.stderr
+    assert re.sub(r"\d+\.\d s", "T s", result.stderr) == (
+        f"dcode: fix: {PYTEST}: 2 passed (T s)\ndcode: passes: 2 passed; nothing to fix\n"
+    )

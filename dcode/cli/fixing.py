@@ -288,6 +288,8 @@ def say(event: FixEvent, command: str) -> None:
 
 def summary(done: Fixed, fills: Fills) -> str:
     """The last line: passes or not, before -> after, rounds, files changed and their backups, time."""
+    if done.rounds == 0 and done.first.passes:
+        return f"dcode: passes: {done.first.verdict}; nothing to fix"
     state = "passes" if done.best.passes else "still fails"
     line = (
         f"dcode: {state}: {done.first.verdict} -> {done.best.verdict} in {done.rounds} round(s), {done.seconds:.1f} s"
