@@ -12,7 +12,7 @@ dcode.cli.common, so the graph has no circle.
 
 from __future__ import annotations
 
-from dcode.cli import bench, checking, editing, generate, listing, serving
+from dcode.cli import bench, checking, editing, fixing, generate, history, listing, serving
 from dcode.cli.common import OneLineErrors, app, explicit_sampler_fields, main, version
 from dcode.cli.generate import new
 
@@ -23,7 +23,9 @@ __all__ = [
     "checking",
     "editing",
     "explicit_sampler_fields",
+    "fixing",
     "generate",
+    "history",
     "listing",
     "main",
     "new",

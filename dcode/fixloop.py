@@ -1,0 +1,384 @@
+"""`dcode fix`'s loop: run the test command, regenerate the regions its failures point into, run it
+again; keep the best state, undo a round that makes things worse.
+
+Owns: running the command (through the shell, in the current folder, its process group killed on
+timeout or interrupt), judging a run against the best one (dcode.failures' counts and locations),
+and the files' promises: each original backed up once (FILE.orig, by dcode.edit), atomic writes
+(dcode.files), the best state restored on any exit, Ctrl-C included. Which files may change, the
+regions and the instructions are dcode.fixtargets'.
+
+Knows nothing about models, endpoints, argv or the terminal: the fill is one callable,
+`regenerate(path, source, region, instruction) -> new source`, and the loop is a stream of
+events (Tested, Rewrote, Skipped, Fixed) that the command draws and records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from dcode.failures import Counts, Failure, counts, parse
+from dcode.fixtargets import Target, Targets, instruction, pick
+
+Regenerate = Callable[[Path, str, tuple[int, int], str], str]  # (path, source, byte region, instruction) -> source
+
+
+class FillError(Exception):
+    """A region the filler cannot serve (too long for the model's context, say): skipped, the loop goes on."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a fix does; built by the command from its options."""
+
+    command: str  # --test: run through the shell, as typed
+    rounds: int = 3  # --rounds: fill-and-test rounds after the first run
+    timeout: float = 300.0  # --test-timeout: seconds before the command's process group is killed
+    budget: int = 1200  # characters of failure text in an instruction: room for the code in a small context
+    most_regions: int = 4  # regions regenerated per round; the rest wait for the next round
+    lines_around: int = 3  # lines each side of a failing line that no function encloses
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the command
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the test command."""
+
+    exit_code: int  # -9 (killed) when it timed out
+    output: str  # stdout and stderr, interleaved as printed
+    seconds: float
+    counts: Counts | None  # pytest's summary, when it printed one
+    failures: tuple[Failure, ...]
+    timed_out: bool = False
+
+    @property
+    def passes(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def problems(self) -> int:
+        """Failing tests plus errors; for other tools the failures found (at least 1 when it fails)."""
+        if self.passes:
+            return 0
+        if self.counts is not None and self.counts.failed + self.counts.errors:
+            return self.counts.failed + self.counts.errors
+        return max(1, len(self.failures))
+
+    @property
+    def verdict(self) -> str:
+        """One line: '2 failed, 5 passed', 'passes', 'exit 1, 3 errors', 'timed out after 300 s'."""
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f} s"
+        if self.counts is not None:
+            return str(self.counts) + (
+                "" if self.passes or self.counts.failed + self.counts.errors else f" (exit {self.exit_code})"
+            )
+        if self.passes:
+            return "passes"
+        return f"exit {self.exit_code}, {self.problems} error{'s' if self.problems != 1 else ''}"
+
+    def metadata(self) -> dict[str, object]:
+        """What `dcode fix --json` says of a run."""
+        found = self.counts or Counts()
+        return {
+            "exit_code": self.exit_code,
+            "passes": self.passes,
+            "timed_out": self.timed_out,
+            "failed": found.failed,
+            "passed": found.passed,
+            "errors": found.errors if self.counts is not None else 0 if self.passes else self.problems,
+            "verdict": self.verdict,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_command(command: str, timeout: float, cwd: Path | None = None) -> Run:
+    """Run `command` through the shell in its own process group; on timeout, or when dcode itself
+    is interrupted, the whole group is killed (a test runner's children too)."""
+    began = time.perf_counter()
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a group of its own: Ctrl-C reaches dcode, which ends the group
+    )
+    timed_out = False
+    try:
+        raw, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(process)
+        raw, _ = process.communicate()
+    except BaseException:
+        _kill_group(process)
+        process.wait()
+        raise
+    output = raw.decode("utf-8", errors="replace")
+    code = process.returncode
+    return Run(code, output, time.perf_counter() - began, counts(output), tuple(parse(output)), timed_out)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+Judgement = Literal["first", "better", "same", "worse"]
+
+
+def judge(new: Run, best: Run) -> Judgement:
+    """How a round's run compares with the best so far. Worse: it times out, has more errors (a
+    failing test turned into an import or collection error), more problems, or fewer passing tests.
+    Better: it passes, has fewer problems, or as many with more tests passing (`pytest -x` got further)."""
+    if new.passes:
+        return "same" if best.passes else "better"
+    if best.passes or (new.timed_out and not best.timed_out):
+        return "worse"
+    further = False
+    if new.counts is not None and best.counts is not None:
+        if new.counts.errors > best.counts.errors or new.counts.passed < best.counts.passed:
+            return "worse"
+        further = new.counts.passed > best.counts.passed
+    elif best.counts is not None and not best.timed_out:
+        return "worse"  # the runner no longer gets to its summary
+    if new.problems > best.problems:
+        return "worse"
+    if new.problems < best.problems or further or (best.timed_out and not new.timed_out):
+        return "better"
+    return "same"
+
+
+# ---------------------------------------------------------------------------------------------
+# The files: originals, best state, backups
+
+
+@dataclass
+class Workspace:
+    """The files a fix has read or written: the original and best text of each, the backups taken
+    (once a file, before its first write) and what is on disk now."""
+
+    original: dict[Path, str] = field(default_factory=dict)
+    best: dict[Path, str] = field(default_factory=dict)
+    current: dict[Path, str] = field(default_factory=dict)
+    backups: dict[Path, Path] = field(default_factory=dict)
+
+    def read(self, path: Path) -> str:
+        if path not in self.current:
+            from dcode.files import read_source
+
+            text = read_source(path)
+            self.original[path] = self.best[path] = self.current[path] = text
+        return self.current[path]
+
+    def write(self, path: Path, text: str) -> None:
+        """Back the file up (FILE.orig) before its first write, then replace it atomically."""
+        from dcode.edit import write_backup
+        from dcode.files import atomic_write
+
+        self.read(path)
+        if path not in self.backups:
+            self.backups[path] = write_backup(path)
+        atomic_write(path, text)
+        self.current[path] = text
+
+    def keep(self) -> None:
+        """What is on disk is the new best state."""
+        self.best = dict(self.current)
+
+    def restore(self) -> None:
+        """Put the best state back on disk wherever it is not (an undone round, an interrupt)."""
+        from dcode.files import atomic_write
+
+        for path, text in self.best.items():
+            if self.current[path] != text:
+                atomic_write(path, text)
+                self.current[path] = text
+
+    def drop_needless_backups(self) -> None:
+        """A file that ends as it began needs no backup: it goes (only one this fix made)."""
+        for path, backup in list(self.backups.items()):
+            if self.current[path] == self.original[path]:
+                with contextlib.suppress(OSError):
+                    backup.unlink()
+                del self.backups[path]
+
+    def state(self) -> tuple[tuple[Path, str], ...]:
+        """What is on disk now, comparable with another round's."""
+        return tuple(sorted(self.current.items()))
+
+    def changed(self) -> list[Path]:
+        return [p for p in self.original if self.current[p] != self.original[p]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop as a stream of events
+
+
+@dataclass(frozen=True)
+class Tested:
+    """A run of the command: round 0 is the run before any change."""
+
+    round: int
+    run: Run
+    judged: Judgement  # "first" for round 0; "worse" means the round is undone
+    best: Run  # the best run after this one
+
+
+@dataclass(frozen=True)
+class Rewriting:
+    """A region is about to be regenerated (a view says where; the fill's own view follows)."""
+
+    round: int
+    target: Target
+    instruction: str
+
+
+@dataclass(frozen=True)
+class Rewrote:
+    """A region regenerated and written."""
+
+    round: int
+    path: Path
+    region: tuple[int, int]  # in the file before
+    new_region: tuple[int, int]  # in the file after
+    symbol: str | None
+    instruction: str
+    before: str  # the file's text before and after
+    after: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A region the filler could not serve, or whose fill changed nothing."""
+
+    round: int
+    target: Target
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The end: the first and the best run, the rounds run, and the files' state."""
+
+    first: Run
+    best: Run
+    rounds: int
+    kept: tuple[Rewrote, ...]  # the rewrites in the best state
+    changed: tuple[Path, ...]  # files that differ from their originals
+    backups: dict[Path, Path]
+    original: dict[Path, str]
+    seconds: float
+    note: str = ""  # why the loop stopped before its last round
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.best.passes else 4
+
+
+FixEvent = Tested | Rewriting | Rewrote | Skipped | Fixed
+
+
+def fix(
+    targets: Targets,
+    settings: Settings,
+    regenerate: Regenerate,
+    workspace: Workspace | None = None,
+    run: Callable[[str, float, Path | None], Run] = run_command,
+) -> Iterator[FixEvent]:
+    """Run, regenerate, run again, up to settings.rounds; the files end at the best state reached,
+    whatever ends the loop (an exception or Ctrl-C in the middle of a round too)."""
+    began = time.perf_counter()
+    space = workspace or Workspace()
+    first = best = current = run(settings.command, settings.timeout, None)
+    yield Tested(0, first, "first", best)
+    rounds, note, worse_before = 0, "", None
+    kept: tuple[Rewrote, ...] = ()
+    undone: set[tuple[tuple[Path, str], ...]] = set()  # the files of each round undone as worse
+    try:
+        for number in range(1, settings.rounds + 1):
+            if best.passes:
+                break
+            picked = pick(current.failures, targets, space.read, settings.lines_around)
+            if not picked:
+                note = "no failure points into the files dcode may change"
+                break
+            rounds = number
+            done = yield from _rewrite(
+                number, picked[: settings.most_regions], settings, regenerate, space, worse_before
+            )
+            if not done:
+                note = "the fills changed nothing"
+                break
+            if space.state() in undone:  # a greedy fill answers the same request the same way
+                note = "the fills repeated a round already undone"
+                break
+            after = run(settings.command, settings.timeout, None)
+            judged = judge(after, best)
+            if judged == "worse":
+                undone.add(space.state())
+                space.restore()
+                current, worse_before = best, after.verdict
+            else:
+                current, worse_before = after, None
+                if judged == "better":
+                    space.keep()
+                    best, kept = after, (*kept, *done)
+            yield Tested(number, after, judged, best)
+    finally:
+        space.restore()  # the best state, also when interrupted mid-round
+        space.drop_needless_backups()
+    changed, seconds = tuple(space.changed()), time.perf_counter() - began
+    yield Fixed(first, best, rounds, kept, changed, dict(space.backups), dict(space.original), seconds, note)
+
+
+def _rewrite(
+    number: int,
+    picked: list[Target],
+    settings: Settings,
+    regenerate: Regenerate,
+    space: Workspace,
+    worse_before: str | None,
+) -> Generator[FixEvent, None, list[Rewrote]]:
+    """One round's fills, each region through `regenerate`, written as it comes; a file's regions
+    are filled from its end, so the spans of those above stay true. Returns what was rewritten."""
+    done: list[Rewrote] = []
+    for target in sorted(picked, key=lambda t: (str(t.path), -t.region[0])):
+        asked = instruction(target, settings.command, settings.budget, worse_before)
+        yield Rewriting(number, target, asked)
+        source = space.read(target.path)
+        try:
+            new = regenerate(target.path, source, target.region, asked)
+        except FillError as error:
+            yield Skipped(number, target, str(error))
+            continue
+        if new == source:
+            yield Skipped(number, target, "the fill changed nothing")
+            continue
+        space.write(target.path, new)
+        tail = len(source.encode()) - target.region[1]
+        rewrote = Rewrote(
+            number,
+            target.path,
+            target.region,
+            (target.region[0], len(new.encode()) - tail),
+            target.symbol,
+            asked,
+            source,
+            new,
+        )
+        done.append(rewrote)
+        yield rewrote
+    return done
