@@ -36,7 +36,7 @@ from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
 from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
-from dcode.serve.batching import Batcher, Call, run_native  # noqa: E402
+from dcode.serve.batching import BatchingDenoiser, Call, run_native  # noqa: E402
 from dcode.serve.engine import Engine, fill_middle  # noqa: E402
 
 KEY = "test-key"
@@ -186,7 +186,7 @@ def test_frames_round_trip_through_json() -> None:
 
 
 def test_batched_forwards_equal_unbatched(server: Served) -> None:
-    """Threads sampling through one Batcher get the canvases each gets alone, in fewer forwards."""
+    """Threads sampling through one BatchingDenoiser get the canvases each gets alone, in fewer forwards."""
     model, config = server.engine.model, server.engine.config
     prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
@@ -194,7 +194,7 @@ def test_batched_forwards_equal_unbatched(server: Served) -> None:
         ids = pipeline.prompt_ids(model, p, "python")
         canvases.append((torch.tensor(ids + [facts_mask(model)] * 24), len(ids)))
     alone = [drain(denoise(model, c, s, config)) for c, s in canvases]
-    batcher = Batcher(model, wait=2.0)  # a long wait: every worker's call joins the round
+    batcher = BatchingDenoiser(model, wait=2.0)  # a long wait: every worker's call joins the round
     together: list[Any] = [None] * len(prompts)
 
     def work(i: int) -> None:

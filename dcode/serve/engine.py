@@ -1,4 +1,4 @@
-"""Running jobs: admission, one worker thread per request over the shared Batcher, events -> chunks.
+"""Running jobs: admission, a worker thread per request over one BatchingDenoiser, events -> chunks.
 
 Owns: a Job -> a Plan (token ids, answer length, sampler settings; a request that does not fit the
 model's context is refused here, before the model), the fill-in-the-middle stage (prompt + masks +
@@ -26,7 +26,7 @@ from dcode.models.base import Denoiser
 from dcode.render import Describer, Frame
 from dcode.sampler import denoise, trim_answer
 from dcode.serve import wire
-from dcode.serve.batching import Batcher, Cancelled
+from dcode.serve.batching import BatchingDenoiser, RequestCancelled
 from dcode.serve.jobs import BadRequest, Job
 
 Emit = Callable[[str, Any], None]  # ("chunk", dict) | ("final", dict) | ("error", BadRequest) | ("end", usage)
@@ -197,7 +197,7 @@ class Engine:
         self.model, self.config, self.length = model, config, length
         self.busy_draft = busy_draft  # the verify rule's --draft while other requests run (None: unchanged)
         self.repair_rounds, self.repair_tries = repair_rounds, repair_tries
-        self.batcher = Batcher(model, batch=batch)
+        self.batcher = BatchingDenoiser(model, batch=batch)
         self.served = model.facts.name
         self.max_batch, self.max_queue = max_batch, max_queue
         self._slots = threading.Semaphore(max_batch)
@@ -269,7 +269,7 @@ class Engine:
                 event.set()
 
     def _work(self, key: int, plan: Plan, emit: Emit, cancelled: threading.Event) -> None:
-        """A worker: wait for a slot, run the pipeline over the Batcher, emit chunks, then the end."""
+        """A worker: wait for a slot, run the pipeline over the BatchingDenoiser, emit chunks, then the end."""
         slot = False
         try:
             while not (slot := self._slots.acquire(timeout=0.1)):
@@ -279,7 +279,7 @@ class Engine:
                 self._running += 1
                 busy = self._admitted > 1
             self._run(self.under_load(plan) if busy else plan, emit, cancelled)
-        except Cancelled:
+        except RequestCancelled:
             pass
         except Exception as error:  # a failure inside the model: a 500 with a message, never a traceback
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -299,7 +299,7 @@ class Engine:
         with self.batcher.worker(cancelled):
             for event in self.events(plan):
                 if cancelled.is_set():
-                    raise Cancelled
+                    raise RequestCancelled
                 if isinstance(event, Finished):
                     text, reason, metadata, last = reply.finish(event)
                     for out in last:
