@@ -1,18 +1,19 @@
 """`dcode serve`: the model behind an OpenAI-compatible HTTP API (see dcode.serve).
 
-Reads the options (every sampler option is a default a request may override), loads the model
-once, binds the socket (a port in use is a one-line error), and runs uvicorn until SIGINT or
-SIGTERM, which cancel the running requests and exit 0. FastAPI and uvicorn are imported here,
+Reads the options (every sampler option is a default a request may override; the key the server
+requires comes from --api-key, DCODE_SERVE_API_KEY or --api-key-file, never shown), loads the
+model once, binds the socket (a port in use is a one-line error), and runs the server
+(dcode.serve.server) until SIGINT or SIGTERM, which let running requests finish for
+--graceful-timeout seconds, cut the rest, and exit 0. FastAPI and uvicorn are imported here,
 inside the command, so the rest of the CLI starts without them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
+import logging
 import socket
 import sys
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,6 +31,8 @@ from dcode.cli.common import (
 from dcode.cli.options import with_options
 from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER
 
+LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
+
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port, or a one-line error (port in use, bad host)."""
@@ -44,28 +47,30 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_server(app_: Any, sock: socket.socket, on_stop: Any) -> None:
-    """uvicorn on the bound socket until SIGINT/SIGTERM; returns normally (exit 0) after a signal."""
-    import uvicorn
+def required_key(given: str | None, file: Path | None) -> str | None:
+    """The key clients must send: --api-key (or DCODE_SERVE_API_KEY), or the first line of
+    --api-key-file; both, an empty key or an unreadable file is a usage error."""
+    if given is not None and file is not None:
+        fail("give --api-key or --api-key-file, not both", USAGE)
+    if file is not None:
+        try:
+            given = file.read_text(encoding="utf-8").splitlines()[0] if file.stat().st_size else ""
+        except (OSError, UnicodeDecodeError) as error:
+            fail(f"cannot read --api-key-file {file}: {getattr(error, 'strerror', None) or error}", USAGE)
+    if given is not None and not given.strip():
+        fail("the API key is empty", USAGE)
+    return given.strip() if given is not None else None
 
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            # uvicorn re-raises the signal after shutting down (the process would die of it):
-            # here a signal is the normal way to stop, so it ends the server and nothing else.
-            def stop(sig: int, frame: Any) -> None:
-                on_stop()
-                self.handle_exit(sig, frame)
 
-            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
-    config = uvicorn.Config(app_, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off")
-    Server(config).run(sockets=[sock])
+def log_to_stderr(access_log: bool) -> None:
+    """dcode.serve's records (one access line per request, errors) as `dcode: ...` lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dcode: %(message)s"))
+    served = logging.getLogger("dcode.serve")
+    served.addHandler(handler)
+    served.setLevel(logging.INFO)
+    served.propagate = False
+    logging.getLogger("dcode.serve.access").disabled = not access_log
 
 
 @app.command("serve")
@@ -78,8 +83,52 @@ def serve(
     ] = 8000,
     api_key: Annotated[
         str | None,
-        typer.Option("--api-key", envvar="DCODE_API_KEY", help="Require `Authorization: Bearer KEY` on /v1/*."),
+        typer.Option(
+            "--api-key",
+            envvar="DCODE_SERVE_API_KEY",
+            help="Require `Authorization: Bearer KEY` on /v1/* (prefer the variable or --api-key-file: "
+            "a command line is visible to every user of the machine).",
+        ),
     ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-key-file",
+            envvar="DCODE_SERVE_API_KEY_FILE",
+            help="Read the required key from this file's first line.",
+        ),
+    ] = None,
+    graceful_timeout: Annotated[
+        float,
+        typer.Option(
+            "--graceful-timeout",
+            envvar="DCODE_GRACEFUL_TIMEOUT",
+            min=0,
+            help="Seconds running requests get to finish after SIGINT/SIGTERM; the rest end with an error.",
+        ),
+    ] = 30.0,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout",
+            envvar="DCODE_HEADER_TIMEOUT",
+            min=0.1,
+            help="Seconds a connection may take to send a whole request head; it is closed after.",
+        ),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            envvar="DCODE_MAX_CONNECTIONS",
+            min=1,
+            help="Open connections at most (fewer if the descriptor limit says so); more get 503.",
+        ),
+    ] = 1000,
+    access_log: Annotated[
+        bool,
+        typer.Option("--access-log/--no-access-log", envvar="DCODE_ACCESS_LOG", help="One line per request on stderr."),
+    ] = True,
     max_batch: Annotated[
         int, typer.Option("--max-batch", envvar="DCODE_MAX_BATCH", min=1, help="Requests generating at once.")
     ] = 16,
@@ -123,10 +172,12 @@ def serve(
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (chat, completions with suffix, streams)."""
     config = sampler_config(chosen)
+    key = required_key(api_key, api_key_file)
     sock = bind(host, port)
     try:
         from dcode.serve.app import create_app
         from dcode.serve.engine import Engine
+        from dcode.serve.server import descriptor_room, serve
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
     denoiser = load_model(chosen["model"], chosen["device"])
@@ -147,6 +198,18 @@ def serve(
     )
     where = sock.getsockname()
     typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)
+    if key is None and host not in LOCAL_HOSTS:
+        typer.echo(f"dcode: no --api-key: anyone who can reach {host}:{where[1]} can generate", err=True)
     sys.stderr.flush()
-    run_server(create_app(engine, api_key=api_key or None), sock, engine.cancel_all)
+    log_to_stderr(access_log)
+    connections = descriptor_room(max_connections)
+    served = create_app(engine, api_key=key)
+    serve(
+        served,
+        sock,
+        engine.cancel_all,
+        grace=graceful_timeout,
+        header_timeout=header_timeout,
+        max_connections=connections,
+    )
     typer.echo("dcode: stopped", err=True)

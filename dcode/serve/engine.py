@@ -1,10 +1,13 @@
 """Running jobs: admission, a worker thread per request over one BatchingDenoiser, events -> chunks.
 
-Owns: a Job -> a Plan (token ids, answer length, sampler settings; a request that does not fit the
-model's context is refused here, before the model), the fill-in-the-middle stage (prompt + masks +
-suffix, the same denoise()), the bounded queue and the running slots, cancelling, and turning the
-pipeline's events into what the wire sends (appended deltas of the settled text, or the whole
-canvas with render.Describer's Frames). Knows nothing about HTTP: chunks go to an `emit` callback.
+Owns: a Job -> a Plan (token ids, answer length, sampler settings merged over the server's; a
+request that does not fit the model's context is refused here, before the model, or its oldest
+turns cut: dcode.serve.conversation), the fill-in-the-middle stage (prompt + masks + suffix, the
+same denoise(), ending once the middle has ended), the bounded queue and the running slots,
+cancelling (a client gone, or the server stopping: then an error ends the answer), and turning the
+pipeline's events into what the wire sends (appended deltas of the settled text, cut at a stop
+string, where the request ends; or the whole canvas with render.Describer's Frames). Knows nothing
+about HTTP: chunks go to an `emit` callback.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from dcode.events import Event, Finished, RepairRound, Started, Step
 from dcode.models.base import Denoiser
 from dcode.render import Describer, Frame
 from dcode.sampler import denoise, trim_answer
-from dcode.serve import wire
+from dcode.serve import conversation, wire
 from dcode.serve.batching import BatchingDenoiser, RequestCancelled
 from dcode.serve.jobs import BadRequest, Job
+from dcode.serve.settings import merged
 
 Emit = Callable[[str, Any], None]  # ("chunk", dict) | ("final", dict) | ("error", BadRequest) | ("end", usage)
 
@@ -44,6 +48,13 @@ class Plan:
     length: int  # answer positions to fill
     config: SamplerConfig
     rounds: int  # repair rounds (0: off)
+    warning: str | None = None  # what was cut from the prompt to fit the context, for the client
+
+
+def shutdown_error() -> BadRequest:
+    """What ends an answer cut by the server stopping: a 503, or the stream's last event before [DONE]."""
+    message = "the server is shutting down: the answer was cut short; send the request again"
+    return BadRequest(message, None, 503, "server_shutdown", kind="server_error")
 
 
 def fill_middle(
@@ -51,7 +62,8 @@ def fill_middle(
 ) -> Iterator[Started | Step | Finished]:
     """`/v1/completions`: Started, then prefix + `length` masks (+ suffix) filled by denoise(); then Finished
     with the answer's text. With a suffix the masks are a middle whose length the model chooses:
-    the end and pad tokens it writes are dropped, as `dcode edit` drops them."""
+    once it writes an end token the positions after it are padding (config.stop_at_eos), so a short
+    middle takes the passes it needs, not those of `length`; end and pad tokens are dropped."""
     facts = model.facts
     canvas = torch.tensor(prefix + [facts.mask_id] * length + suffix, dtype=torch.long)
     fill = torch.zeros(len(canvas), dtype=torch.bool)
@@ -59,7 +71,7 @@ def fill_middle(
     yield Started((len(prefix), len(canvas)), ((len(prefix), len(prefix) + length),))
     began = time.perf_counter()
     last: Step | None = None
-    for last in denoise(model, canvas, len(prefix), replace(config, stop_at_eos=not suffix), fill=fill):
+    for last in denoise(model, canvas, len(prefix), config, fill=fill):  # the middle ends at its end token
         yield last
     assert last is not None
     middle = last.canvas[len(prefix) : len(prefix) + length]
@@ -119,16 +131,59 @@ class Reply:
         self.sent = ""  # appended stream: text sent so far
         self.first = True
         self.frame: Frame | None = None
+        self.created = int(time.time())  # every chunk of the stream, and the answer, carry this one
 
     def chunk(
         self, text: str | None, finish: str | None = None, extension: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        out = wire.chunk(self.job.kind, self.ident, self.served, text, finish, first=self.first, extension=extension)
+        kind, warning = self.job.kind, self.plan.warning if self.first else None
+        out = wire.chunk(
+            kind,
+            self.ident,
+            self.served,
+            text,
+            finish,
+            created=self.created,
+            first=self.first,
+            extension=extension,
+            warning=warning,
+        )
         self.first = False
         return out
 
+    def completion(self, text: str, reason: str, used: dict[str, int], metadata: dict[str, Any]) -> dict[str, Any]:
+        return wire.completion(
+            self.job.kind,
+            self.ident,
+            self.served,
+            text,
+            reason,
+            used,
+            metadata,
+            created=self.created,
+            warning=self.plan.warning,
+        )
+
+    def stopped(self, step: Step, elapsed: float) -> Finished | None:
+        """The answer as it stands when its settled text already holds a stop string: what comes
+        after cannot change what the client gets, so the request ends here (repair off)."""
+        plan = self.plan
+        if not self.job.stop or plan.rounds:
+            return None
+        ids = self.settled_ids(step)
+        text = pipeline.decode(self.model, ids)
+        if not cut_at_stop(text, self.job.stop)[1]:
+            return None
+        prompt = len(plan.prefix) + len(plan.suffix)
+        return Finished(text, prompt, len(ids), plan.length, step.forward, elapsed)
+
     def settled(self, step: Step) -> str:
         """The answer's left-to-right prefix that holds no mask, as text."""
+        text = pipeline.decode(self.model, self.settled_ids(step))
+        return text.lstrip("\n") if self.job.kind == "chat" else text
+
+    def settled_ids(self, step: Step) -> list[int]:
+        """The token ids of the answer's left-to-right prefix that holds no mask, end tokens dropped."""
         facts, plan = self.model.facts, self.plan
         answer = step.canvas[len(plan.prefix) : len(plan.prefix) + plan.length].tolist()
         open_at = answer.index(facts.mask_id) if facts.mask_id in answer else len(answer)
@@ -137,8 +192,7 @@ class Reply:
             ids = [t for t in answer[:open_at] if t not in drop]
         else:
             ids = trim_answer(torch.tensor(answer[:open_at]), facts.eos_ids, frozenset({facts.pad_id}))
-        text = pipeline.decode(self.model, ids)
-        return text.lstrip("\n") if self.job.kind == "chat" else text
+        return ids
 
     def on_event(self, event: Event, elapsed: float) -> list[dict[str, Any]]:
         """The chunks a streamed event sends (none for a non-streamed request). The Describer sees
@@ -178,6 +232,17 @@ class Reply:
         return text, reason, metadata, [self.chunk(rest, reason)]
 
 
+def cut_warning(prompt: conversation.Prompt, context: int) -> str | None:
+    """What the response says when the oldest turns of a conversation were cut to fit."""
+    if not prompt.dropped:
+        return None
+    tokens = f" ({prompt.dropped_tokens} tokens)" if prompt.dropped_tokens else ""
+    return (
+        f"the conversation did not fit the model's context of {context} tokens: "
+        f"its {prompt.dropped} oldest messages{tokens} were left out"
+    )
+
+
 class Engine:
     """The served model, its defaults, and the requests running on it."""
 
@@ -206,18 +271,37 @@ class Engine:
         self._running = 0
         self._tickets: dict[int, threading.Event] = {}
         self._ids = itertools.count()
+        self._stopping = False  # cancel_all ran: a cut request says the server stopped
+        self.created = int(time.time())  # the served model's `created` in /v1/models
 
     def health(self) -> dict[str, Any]:
         with self._lock:
             running, admitted = self._running, self._admitted
         return {"status": "ok", "model": self.served, "running": running, "waiting": admitted - running}
 
+    def settings(self, job: Job) -> SamplerConfig:
+        """The request's sampler options over the server's settings (settings.merged)."""
+        try:
+            config = merged(self.config, job.options)
+        except ValueError as error:
+            raise BadRequest(f"bad sampler settings: {error}", "dcode") from None
+        if config.rule == "verify" and self.model.facts.noise != "mask":
+            raise BadRequest(f"{self.served}: the verify strategy needs a masked-diffusion model", "dcode.strategy")
+        return config
+
     def plan(self, job: Job) -> Plan:
-        """The canvas a job needs, or BadRequest when it cannot fit the model's context."""
+        """The canvas a job needs, or BadRequest when it cannot fit the model's context. Tokenizes
+        (up to a bound on characters): run it off the event loop."""
         model, facts = self.model, self.model.facts
+        config, warning = self.settings(job), None
         if job.kind == "chat":
-            prefix, suffix = pipeline.prompt_ids(model, job.text, job.language), []
+            wanted = job.max_tokens if job.max_tokens is not None else self.length
+            prompt = conversation.prompt_ids(model, job.messages, job.language, min(wanted, facts.max_length - 1))
+            prefix, suffix, warning = prompt.ids, [], cut_warning(prompt, facts.max_length)
         else:
+            bound = conversation.character_bound(model)
+            chars = len(job.text) + len(job.suffix or "")
+            conversation.refuse_too_long(chars, bound, facts.max_length, "prompt")
             encode = model.tokenizer.encode
             prefix = list(encode(job.text, add_special_tokens=False)) if job.text else []
             suffix = list(encode(job.suffix, add_special_tokens=False)) if job.suffix else []
@@ -232,15 +316,16 @@ class Engine:
                 "max_tokens",
                 code="context_length_exceeded",
             )
-        config = replace(self.config, **job.settings)
         repair = self.repair_rounds > 0 if job.repair is None else job.repair
         rounds = (self.repair_rounds or 3) if repair and job.kind == "chat" else 0
-        return Plan(job, prefix, suffix, length, config, rounds)
+        return Plan(job, prefix, suffix, length, config, rounds, warning)
 
     def events(self, plan: Plan) -> Iterator[Event]:
-        job, model = plan.job, self.batcher
+        job, model, tries = plan.job, self.batcher, self.repair_tries
         if job.kind == "chat":
-            return pipeline.new(model, job.text, job.language, plan.length, plan.config, plan.rounds, self.repair_tries)
+            return pipeline.new(
+                model, job.text, job.language, plan.length, plan.config, plan.rounds, tries, plan.prefix
+            )
         return fill_middle(model, plan.prefix, plan.suffix, plan.length, plan.config)
 
     def under_load(self, plan: Plan) -> Plan:
@@ -248,7 +333,7 @@ class Engine:
         pass. Its answer is the one-token-per-pass answer whatever the draft (dcode.rules), so only
         the cost changes: fewer rows per pass, fewer of them wasted, more requests per forward.
         A request that set its own draft keeps it."""
-        if self.busy_draft is None or plan.config.rule != "verify" or "draft" in plan.job.settings:
+        if self.busy_draft is None or plan.config.rule != "verify" or "draft" in plan.job.options:
             return plan
         return replace(plan, config=replace(plan.config, draft=min(plan.config.draft, self.busy_draft)))
 
@@ -264,7 +349,10 @@ class Engine:
         return cancelled.set
 
     def cancel_all(self) -> None:
+        """Stop every request, running or waiting: the server is stopping. Each ends with
+        shutdown_error() (a 503, or an error event before the stream's [DONE]), never as if complete."""
         with self._lock:
+            self._stopping = True
             for event in self._tickets.values():
                 event.set()
 
@@ -274,13 +362,14 @@ class Engine:
         try:
             while not (slot := self._slots.acquire(timeout=0.1)):
                 if cancelled.is_set():
-                    return
+                    raise RequestCancelled
             with self._lock:
                 self._running += 1
                 busy = self._admitted > 1
             self._run(self.under_load(plan) if busy else plan, emit, cancelled)
-        except RequestCancelled:
-            pass
+        except RequestCancelled:  # the client went away (no one to tell), or the server is stopping
+            if self._stopping:
+                emit("error", shutdown_error())
         except Exception as error:  # a failure inside the model: a 500 with a message, never a traceback
             message = str(error).splitlines()[0] if str(error) else type(error).__name__
             emit("error", BadRequest(f"generation failed: {message}", None, 500, kind="server_error"))
@@ -300,13 +389,15 @@ class Engine:
             for event in self.events(plan):
                 if cancelled.is_set():
                     raise RequestCancelled
+                if isinstance(event, Step):
+                    event = reply.stopped(event, time.perf_counter() - began) or event
                 if isinstance(event, Finished):
                     text, reason, metadata, last = reply.finish(event)
                     for out in last:
                         emit("chunk", out)
-                    used = wire.usage(event.prompt_tokens, event.tokens)
-                    kind = plan.job.kind
-                    emit("final", wire.completion(kind, reply.ident, self.served, text, reason, used, metadata))
-                    return
+                    emit(
+                        "final", reply.completion(text, reason, wire.usage(event.prompt_tokens, event.tokens), metadata)
+                    )
+                    return  # (an answer ended by a stop string: closing the stream stops its sampling)
                 for out in reply.on_event(event, time.perf_counter() - began):
                     emit("chunk", out)
