@@ -202,14 +202,8 @@ def serve(
         typer.echo(f"dcode: no --api-key: anyone who can reach {host}:{where[1]} can generate", err=True)
     sys.stderr.flush()
     log_to_stderr(access_log)
-    connections = descriptor_room(max_connections)
+    connections, burst = descriptor_room(max_connections)
     served = create_app(engine, api_key=key)
-    serve(
-        served,
-        sock,
-        engine.cancel_all,
-        grace=graceful_timeout,
-        header_timeout=header_timeout,
-        max_connections=connections,
-    )
+    grace, head = graceful_timeout, header_timeout
+    serve(served, sock, engine.cancel_all, grace=grace, header_timeout=head, max_connections=connections, burst=burst)
     typer.echo("dcode: stopped", err=True)

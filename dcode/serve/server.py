@@ -32,7 +32,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 HEADER_TIMEOUT = 10.0  # seconds a connection may take to send a whole request head (after opening or an answer)
 KEEP_ALIVE = 5.0  # seconds an idle connection stays open after an answer (uvicorn's timeout_keep_alive)
 MAX_CONNECTIONS = 1000  # open connections at most, unless the descriptor limit allows fewer
-SPARE_DESCRIPTORS = 64  # kept free for everything else the server opens (files, pipes, the log)
 MAX_HEAD = 16 * 1024  # bytes of a request head (uvicorn's h11_max_incomplete_event_size)
 GRACE = 30.0  # seconds running requests get to finish after SIGINT/SIGTERM
 COLLAPSE = 10.0  # seconds over which repeats of one log record are counted, not written
@@ -41,9 +40,12 @@ TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: c
 log = logging.getLogger("dcode.serve")
 
 
-def descriptor_room(wanted: int) -> int:
-    """Connections the process can hold: `wanted`, or fewer when the descriptor limit (its soft
-    limit raised to the hard one where allowed) leaves less beside those open now."""
+def descriptor_room(wanted: int) -> tuple[int, int]:
+    """(connections the process can hold, connections accepted per turn of the event loop):
+    `wanted`, or fewer when the descriptor limit (its soft limit raised to the hard one where
+    allowed) leaves less beside those open now. asyncio accepts a whole burst (the listen backlog)
+    before any refused connection is closed, so the cap leaves room for three bursts.
+    Example: a limit of 128 with 9 open -> (77, 14)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
@@ -54,7 +56,9 @@ def descriptor_room(wanted: int) -> int:
         opened = len(os.listdir("/proc/self/fd"))
     except OSError:
         opened = 32
-    return max(1, min(wanted, soft - opened - SPARE_DESCRIPTORS))
+    room = soft - opened
+    burst = max(8, min(128, room // 8))
+    return max(1, min(wanted, room - 3 * burst)), burst
 
 
 class GuardedH11(H11Protocol):
@@ -186,8 +190,10 @@ def serve(
     grace: float = GRACE,
     header_timeout: float = HEADER_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
+    burst: int = 128,
 ) -> None:
-    """uvicorn on the bound socket until SIGINT/SIGTERM, with at most `max_connections` open."""
+    """uvicorn on the bound socket until SIGINT/SIGTERM, with at most `max_connections` open and
+    at most `burst` accepted per turn of the event loop (the listen backlog)."""
     protocol = type("Protocol", (GuardedH11,), {"header_timeout": header_timeout, "max_connections": max_connections})
     config = uvicorn.Config(
         app,
@@ -198,6 +204,7 @@ def serve(
         timeout_keep_alive=int(min(KEEP_ALIVE, header_timeout)) or 1,
         limit_concurrency=max_connections,
         h11_max_incomplete_event_size=MAX_HEAD,
+        backlog=burst,
         # a backstop: on_stop ends every request at `grace`; this cancels what still runs later
         timeout_graceful_shutdown=int(grace) + 5,
     )
