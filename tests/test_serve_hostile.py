@@ -9,6 +9,7 @@ redirects, and a stop with requests running. Each case is bounded in count and t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -26,11 +27,13 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-from test_serve import CHAT, KEY, OK_MESSAGES, Served, free_socket, post, server  # noqa: E402, F401
+import test_serve  # noqa: E402
+from test_serve import CHAT, KEY, OK_MESSAGES, Served, free_socket, post  # noqa: E402
 
 from dcode.serve.server import Collapse, loop_errors  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+server = test_serve.server  # the module's in-process server (its own instance here)
 CHILD = """
 import resource, runpy, sys
 limit = int(sys.argv[1])
@@ -100,10 +103,8 @@ def test_slow_heads_are_closed_and_connections_capped_below_a_low_descriptor_lim
         began, answered = time.monotonic(), []
         while time.monotonic() - began < 2.5:  # trickle header bytes past the 1 s deadline
             for sock in slow:
-                try:
+                with contextlib.suppress(OSError):
                     sock.sendall(b"X")
-                except OSError:
-                    pass
             if not answered:  # the server answers a fresh client meanwhile (200, or 503 at the cap)
                 answered.append(httpx2.get(f"http://127.0.0.1:{port}/health", timeout=3).status_code)
             time.sleep(0.25)
