@@ -37,7 +37,8 @@ from dcode.sampler import denoise  # noqa: E402
 from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
 from dcode.serve.batching import BatchingDenoiser, Call, run_native  # noqa: E402
-from dcode.serve.engine import Engine, fill_middle  # noqa: E402
+from dcode.serve.engine import Engine  # noqa: E402
+from dcode.serve.replies import fill_middle  # noqa: E402
 
 KEY = "test-key"
 ROOT = Path(__file__).resolve().parents[1]

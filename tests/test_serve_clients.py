@@ -31,7 +31,7 @@ from dcode.config import merge_family_defaults  # noqa: E402
 from dcode.events import Finished  # noqa: E402
 from dcode.options import sampler_settings  # noqa: E402
 from dcode.serve import conversation, jobs  # noqa: E402
-from dcode.serve.engine import cut_at_stop  # noqa: E402
+from dcode.serve.replies import cut_at_stop  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 server = test_serve.server  # the module's in-process server (its own instance here)

@@ -14,7 +14,7 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -29,7 +29,7 @@ from dcode.cli.common import (
     with_family_defaults,
 )
 from dcode.cli.options import with_options
-from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER
+from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER, Option
 
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -73,107 +73,96 @@ def log_to_stderr(access_log: bool) -> None:
     logging.getLogger("dcode.serve.access").disabled = not access_log
 
 
+def serve_option(name: str, kind: type, default: Any, help: str, **extra: Any) -> Option:
+    """One of `dcode serve`'s own options: --NAME, DCODE_NAME (unless `env` says otherwise)."""
+    flag = extra.pop("flag", "--" + name.replace("_", "-"))
+    return Option(name, flag, extra.pop("env", f"DCODE_{name.upper()}"), help, kind, default, **extra)
+
+
+# `dcode serve`'s own options (its sampler, model and repair options are dcode.options')
+SERVE: tuple[Option, ...] = (
+    serve_option("host", str, "127.0.0.1", "Address to listen on (0.0.0.0: every interface; see --api-key)."),
+    serve_option("port", int, 8000, "Port to listen on.", min=0),
+    serve_option(
+        "api_key",
+        str,
+        None,
+        "Require `Authorization: Bearer KEY` on /v1/* (prefer the variable or --api-key-file: a command line "
+        "is visible to every user of the machine).",
+        env="DCODE_SERVE_API_KEY",
+        optional=True,
+    ),
+    serve_option(
+        "api_key_file",
+        str,
+        None,
+        "Read the required key from this file's first line.",
+        env="DCODE_SERVE_API_KEY_FILE",
+        optional=True,
+    ),
+    serve_option("max_batch", int, 16, "Requests generating at once.", min=1),
+    serve_option("max_queue", int, 64, "Requests waiting beyond those; more get 503.", min=0),
+    serve_option(
+        "batching",
+        bool,
+        None,
+        "Run the forward passes of requests running together as one batch (the default); --no-batching: "
+        "each request runs its own forward passes in its own thread.",
+        flag="--batching/--no-batching",
+        optional=True,
+    ),
+    serve_option("length", int, DEFAULT_LENGTH, "max_tokens when a request gives none.", min=1),
+    serve_option(
+        "busy_draft",
+        int,
+        None,
+        "Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
+        "default: 0 on a CPU, --draft on a GPU).",
+        min=0,
+        optional=True,
+    ),
+    serve_option(
+        "repair",
+        bool,
+        False,
+        'Repair chat answers unless a request says "dcode": {"repair": false}.',
+        flag="--repair/--no-repair",
+        env="DCODE_SERVE_REPAIR",
+    ),
+    serve_option(
+        "graceful_timeout",
+        float,
+        30.0,
+        "Seconds running requests get to finish after SIGINT/SIGTERM; the rest end with an error.",
+        min=0,
+    ),
+    serve_option(
+        "header_timeout",
+        float,
+        10.0,
+        "Seconds a connection may take to send a whole request head; it is closed after.",
+        min=1,
+    ),
+    serve_option(
+        "max_connections",
+        int,
+        1000,
+        "Open connections at most (fewer if the descriptor limit says so); more get 503.",
+        min=1,
+    ),
+    serve_option("access_log", bool, True, "One line per request on stderr.", flag="--access-log/--no-access-log"),
+)
+
+
 @app.command("serve")
-@with_options(*MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
-def serve(
-    ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", envvar="DCODE_HOST", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", envvar="DCODE_PORT", min=0, max=65535, help="Port to listen on.")
-    ] = 8000,
-    api_key: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key",
-            envvar="DCODE_SERVE_API_KEY",
-            help="Require `Authorization: Bearer KEY` on /v1/* (prefer the variable or --api-key-file: "
-            "a command line is visible to every user of the machine).",
-        ),
-    ] = None,
-    api_key_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--api-key-file",
-            envvar="DCODE_SERVE_API_KEY_FILE",
-            help="Read the required key from this file's first line.",
-        ),
-    ] = None,
-    graceful_timeout: Annotated[
-        float,
-        typer.Option(
-            "--graceful-timeout",
-            envvar="DCODE_GRACEFUL_TIMEOUT",
-            min=0,
-            help="Seconds running requests get to finish after SIGINT/SIGTERM; the rest end with an error.",
-        ),
-    ] = 30.0,
-    header_timeout: Annotated[
-        float,
-        typer.Option(
-            "--header-timeout",
-            envvar="DCODE_HEADER_TIMEOUT",
-            min=0.1,
-            help="Seconds a connection may take to send a whole request head; it is closed after.",
-        ),
-    ] = 10.0,
-    max_connections: Annotated[
-        int,
-        typer.Option(
-            "--max-connections",
-            envvar="DCODE_MAX_CONNECTIONS",
-            min=1,
-            help="Open connections at most (fewer if the descriptor limit says so); more get 503.",
-        ),
-    ] = 1000,
-    access_log: Annotated[
-        bool,
-        typer.Option("--access-log/--no-access-log", envvar="DCODE_ACCESS_LOG", help="One line per request on stderr."),
-    ] = True,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", envvar="DCODE_MAX_BATCH", min=1, help="Requests generating at once.")
-    ] = 16,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue", envvar="DCODE_MAX_QUEUE", min=0, help="Requests waiting beyond those; more get 503."
-        ),
-    ] = 64,
-    batching: Annotated[
-        bool | None,
-        typer.Option(
-            "--batching/--no-batching",
-            envvar="DCODE_BATCHING",
-            help="Run the forward passes of requests running together as one batch (the default); "
-            "--no-batching: each request runs its own forward passes in its own thread.",
-        ),
-    ] = None,
-    length: Annotated[
-        int, typer.Option("--length", envvar="DCODE_LENGTH", min=1, help="max_tokens when a request gives none.")
-    ] = DEFAULT_LENGTH,
-    busy_draft: Annotated[
-        int | None,
-        typer.Option(
-            "--busy-draft",
-            envvar="DCODE_BUSY_DRAFT",
-            min=0,
-            help="Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
-            "default: 0 on a CPU, --draft on a GPU).",
-        ),
-    ] = None,
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair/--no-repair",
-            envvar="DCODE_SERVE_REPAIR",
-            help='Repair chat answers unless a request says "dcode": {"repair": false}.',
-        ),
-    ] = False,
-    **chosen: Any,
-) -> None:
+@with_options(*SERVE, *MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
+def serve(ctx: typer.Context, **chosen: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (chat, completions with suffix, streams)."""
     config = sampler_config(chosen)
-    key = required_key(api_key, api_key_file)
-    sock = bind(host, port)
+    file = chosen["api_key_file"]
+    key = required_key(chosen["api_key"], Path(file) if file is not None else None)
+    host = chosen["host"]
+    sock = bind(host, chosen["port"])
     try:
         from dcode.serve.app import create_app
         from dcode.serve.engine import Engine
@@ -182,28 +171,28 @@ def serve(
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
     denoiser = load_model(chosen["model"], chosen["device"])
     config = with_family_defaults(config, denoiser, ctx)
+    busy_draft, batching = chosen["busy_draft"], chosen["batching"]
     engine = Engine(
         denoiser,
         config,
-        length=length,
-        repair_rounds=chosen["repair_rounds"] if repair else 0,
+        length=chosen["length"],
+        repair_rounds=chosen["repair_rounds"] if chosen["repair"] else 0,
         repair_tries=chosen["repair_tries"],
-        max_batch=max_batch,
-        max_queue=max_queue,
+        max_batch=chosen["max_batch"],
+        max_queue=chosen["max_queue"],
         # On a CPU the forward passes are compute-bound: batched requests that feed one row a pass
         # served the most requests per second there (docs/benchmarks/serve/serve.md); on a GPU a
         # drafted row is nearly free, so the draft stays (not measured on a GPU).
         batch=batching if batching is not None else True,
         busy_draft=busy_draft if busy_draft is not None else (0 if denoiser.device.type == "cpu" else None),
     )
-    where = sock.getsockname()
-    typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)
+    port = sock.getsockname()[1]
+    typer.echo(f"dcode: serving {engine.served} on http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
     if key is None and host not in LOCAL_HOSTS:
-        typer.echo(f"dcode: no --api-key: anyone who can reach {host}:{where[1]} can generate", err=True)
+        typer.echo(f"dcode: no --api-key: anyone who can reach {host}:{port} can generate", err=True)
     sys.stderr.flush()
-    log_to_stderr(access_log)
-    connections, burst = descriptor_room(max_connections)
-    served = create_app(engine, api_key=key)
-    grace, head = graceful_timeout, header_timeout
-    serve(served, sock, engine.cancel_all, grace=grace, header_timeout=head, max_connections=connections, burst=burst)
+    log_to_stderr(chosen["access_log"])
+    connections, burst = descriptor_room(chosen["max_connections"])
+    limits = {"header_timeout": chosen["header_timeout"], "max_connections": connections, "burst": burst}
+    serve(create_app(engine, api_key=key), sock, engine.cancel_all, grace=chosen["graceful_timeout"], **limits)
     typer.echo("dcode: stopped", err=True)

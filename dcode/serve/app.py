@@ -27,8 +27,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dcode.serve import wire
-from dcode.serve.engine import Engine, Overloaded, Plan
+from dcode.serve.engine import Engine, Overloaded
 from dcode.serve.jobs import BadRequest, parse, parse_body
+from dcode.serve.replies import Plan
 from dcode.serve.wire import Kind
 
 MAX_BODY = 4 * 2**20  # bytes: a request body above this is refused (413) before it is read whole
