@@ -5,7 +5,8 @@ in `dcode new`) and its chat template (every turn: system, user, assistant, tool
 characters that refuses a text no cut could make fit before any of it is tokenized; and the cut:
 whole turns (a user message and the replies after it), oldest first, never a system message nor
 the last user turn, until the prompt leaves room for the answer. A chat template with no place for
-earlier turns (dcode-tiny's reads the last message only) gets them as context before the request.
+earlier turns (dcode-tiny's reads the last message only) gets the earlier user, assistant and tool
+messages as context before the request; its prompt template stands in for a system message.
 Knows nothing about HTTP or the sampler; runs off the event loop (tokenizing takes a while).
 """
 
@@ -78,23 +79,22 @@ def turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message
 
 def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str:
     """The conversation as the model reads it: the last user message in the prompt template, every
-    message in the chat template (earlier ones as context before the request when the template has
-    no place for them); without a chat template, the messages' texts in order."""
+    message in the chat template; when the template has no place for the earlier ones (or there is
+    no chat template), the texts of the earlier non-system messages as context before the request."""
     last = max(i for i, (role, _) in enumerate(messages) if role == "user")
     request = pipeline.template(model.facts.prompt).format(request=messages[last][1].strip(), language=language)
     chat = [{"role": role, "content": text} for role, text in messages]
     chat[last]["content"] = request.strip()
     tokenizer = model.tokenizer
+    context = "\n\n".join(m["content"] for m in chat[:last] if m["content"].strip() and m["role"] != "system")
+    request = f"{context}\n\n{chat[last]['content']}" if context else chat[last]["content"]
     if not getattr(tokenizer, "chat_template", None):
-        return "\n\n".join(m["content"] for m in chat if m["content"].strip())
+        return "\n\n".join([request, *(m["content"] for m in chat[last + 1 :] if m["content"].strip())])
     whole = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     alone = tokenizer.apply_chat_template(chat[last:], tokenize=False, add_generation_prompt=True)
     if whole != alone or last == 0:
         return str(whole)
-    context = "\n\n".join(m["content"] for m in chat[:last] if m["content"].strip())
-    if not context:
-        return str(whole)
-    folded = [{"role": "user", "content": f"{context}\n\n{chat[last]['content']}"}, *chat[last + 1 :]]
+    folded = [{"role": "user", "content": request}, *chat[last + 1 :]]
     return str(tokenizer.apply_chat_template(folded, tokenize=False, add_generation_prompt=True))
 
 
