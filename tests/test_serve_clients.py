@@ -75,6 +75,22 @@ def test_continue_autocomplete_with_nine_stops_is_answered_and_cut_at_the_first(
     assert "".join(c.choices[0].text for c in streamed) == expected
 
 
+def test_a_chat_answer_ends_before_its_first_stop_streamed_or_not(server: Served) -> None:
+    messages = [{"role": "user", "content": "a function that adds two numbers"}]
+    client = server.client()
+    whole = client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=32)
+    text = whole.choices[0].message.content
+    stops = ["\n\n\n\n", text.split()[1][:2]]  # the second word's start: held by the answer
+    expected, found = cut_at_stop(text, tuple(stops))
+    assert found
+    cut = client.chat.completions.create(model="dcode-tiny", messages=messages, max_tokens=32, stop=stops)
+    assert cut.choices[0].message.content == expected and cut.choices[0].finish_reason == "stop"
+    chunks = client.chat.completions.create(
+        model="dcode-tiny", messages=messages, max_tokens=32, stop=stops, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # aider, llm -c, Continue's chat: the whole conversation
 

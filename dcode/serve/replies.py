@@ -158,7 +158,7 @@ class Reply:
         if not self.job.stop or plan.rounds:
             return None
         ids = self.settled_ids(step)
-        text = pipeline.decode(self.model, ids)
+        text = self.text_of(ids)
         if not cut_at_stop(text, self.job.stop)[1]:
             return None
         prompt = len(plan.prefix) + len(plan.suffix)
@@ -166,7 +166,10 @@ class Reply:
 
     def settled(self, step: Step) -> str:
         """The answer's left-to-right prefix that holds no mask, as text."""
-        text = pipeline.decode(self.model, self.settled_ids(step))
+        return self.text_of(self.settled_ids(step))
+
+    def text_of(self, ids: list[int]) -> str:
+        text = pipeline.decode(self.model, ids)
         return text.lstrip("\n") if self.job.kind == "chat" else text
 
     def settled_ids(self, step: Step) -> list[int]:
