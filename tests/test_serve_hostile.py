@@ -44,12 +44,12 @@ runpy.run_module("dcode.cli", run_name="__main__")
 """
 
 
-def start_cli(*args: str, nofile: int = 0) -> tuple[subprocess.Popen[str], int]:
+def start_cli(*args: str, nofile: int = 0, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
     """`dcode serve ARGS` in a child process (its descriptor limit lowered to `nofile`), once /health answers."""
     sock = free_socket()
     port = sock.getsockname()[1]
     sock.close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     argv = [sys.executable, "-c", CHILD, str(nofile), "--port", str(port), *args]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     for _ in range(600):
@@ -248,15 +248,23 @@ def test_405_says_which_methods_are_allowed(server: Served) -> None:
 # Stopping with requests running
 
 
-def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error() -> None:
+def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error(tmp_path: Path) -> None:
     """Two long streams, a long non-stream request and a short stream when SIGTERM comes: the short
     one finishes within --graceful-timeout; the others end with `server_shutdown` (the streams
-    before [DONE], the plain request as a 503). Before: [DONE] after a partial answer."""
-    proc, port = start_cli("--graceful-timeout", "3")
+    before [DONE], the plain request as a 503). Before: [DONE] after a partial answer. The server
+    takes its key from DCODE_SERVE_API_KEY_FILE, not from DCODE_API_KEY (the key a client sends)."""
+    key_file = tmp_path / "key"
+    key_file.write_text("file-key\n")
+    env = {"DCODE_SERVE_API_KEY_FILE": str(key_file), "DCODE_API_KEY": "the-clients-key"}
+    proc, port = start_cli("--graceful-timeout", "3", env=env)
     url = f"http://127.0.0.1:{port}/v1/completions"
+    for key, status in ((None, 401), ("the-clients-key", 401), ("file-key", 200)):
+        given = {"Authorization": f"Bearer {key}"} if key else {}
+        assert httpx2.get(f"http://127.0.0.1:{port}/v1/models", headers=given).status_code == status
     long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "temperature": 3.0, "stream": True}
     short = {"prompt": "def add(a, b):\n", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "stream": True}
-    client = httpx2.Client(timeout=60, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer file-key"}
+    client = httpx2.Client(timeout=60, headers=headers)
     results: dict[str, Any] = {}
 
     def plain() -> None:
@@ -281,7 +289,7 @@ def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error() ->
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0 and "Traceback" not in err
+    assert proc.returncode == 0 and "Traceback" not in err and "file-key" not in err
     events = {name: [json.loads(x[6:]) for x in got if x.startswith("data: {")] for name, got in lines.items()}
     for name, got in lines.items():
         assert got[-1] == "data: [DONE]", name
