@@ -88,12 +88,14 @@ def new(
     config: SamplerConfig,
     repair_rounds: int = 3,
     repair_tries: int = REPAIR_TRIES,
+    prompt: list[int] | None = None,
 ) -> Iterator[Started | Step | RepairRound | Finished]:
     """Generate a whole file for `request`: the draft's Started and steps, the repair pass's tries
-    (Started, steps, RepairRound; syntax is checked even with 0 rounds), then Finished."""
+    (Started, steps, RepairRound; syntax is checked even with 0 rounds), then Finished. `prompt`:
+    the templated prompt's ids when the caller built them (a served conversation), else prompt_ids."""
     if not request.strip():
         raise InputError("the prompt is empty")
-    ids = prompt_ids(model, request, language)
+    ids = prompt if prompt is not None else prompt_ids(model, request, language)
     check_length(model, len(ids), length)
     canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
     fill = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token

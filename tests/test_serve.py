@@ -36,8 +36,9 @@ from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
 from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
-from dcode.serve.batching import Batcher, Call, run_native  # noqa: E402
-from dcode.serve.engine import Engine, fill_middle  # noqa: E402
+from dcode.serve.batching import BatchingDenoiser, Call, run_native  # noqa: E402
+from dcode.serve.engine import Engine  # noqa: E402
+from dcode.serve.replies import fill_middle  # noqa: E402
 
 KEY = "test-key"
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def local_new(engine: Engine, request: str, length: int = 48) -> Finished:
 
 
 def post(url: str, path: str, body: Any, key: str | None = KEY, **kwargs: Any) -> httpx2.Response:
-    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key is not None else {})}
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     return httpx2.post(url + path, content=content, headers=headers, timeout=60, **kwargs)
 
@@ -186,7 +187,7 @@ def test_frames_round_trip_through_json() -> None:
 
 
 def test_batched_forwards_equal_unbatched(server: Served) -> None:
-    """Threads sampling through one Batcher get the canvases each gets alone, in fewer forwards."""
+    """Threads sampling through one BatchingDenoiser get the canvases each gets alone, in fewer forwards."""
     model, config = server.engine.model, server.engine.config
     prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
@@ -194,7 +195,7 @@ def test_batched_forwards_equal_unbatched(server: Served) -> None:
         ids = pipeline.prompt_ids(model, p, "python")
         canvases.append((torch.tensor(ids + [facts_mask(model)] * 24), len(ids)))
     alone = [drain(denoise(model, c, s, config)) for c, s in canvases]
-    batcher = Batcher(model, wait=2.0)  # a long wait: every worker's call joins the round
+    batcher = BatchingDenoiser(model, wait=2.0)  # a long wait: every worker's call joins the round
     together: list[Any] = [None] * len(prompts)
 
     def work(i: int) -> None:
@@ -273,13 +274,13 @@ BAD = [
     ("max_tokens a string", CHAT, {"messages": OK_MESSAGES, "max_tokens": "10"}, 400, "max_tokens"),
     ("max_tokens zero", CHAT, {"messages": OK_MESSAGES, "max_tokens": 0}, 400, "max_tokens"),
     ("beyond the context", CHAT, {"messages": OK_MESSAGES, "max_tokens": 5000}, 400, "max_tokens"),
-    ("temperature too high", CHAT, {"messages": OK_MESSAGES, "temperature": 9}, 400, "temperature"),
+    ("temperature negative", CHAT, {"messages": OK_MESSAGES, "temperature": -1}, 400, "temperature"),
     ("top_p zero", CHAT, {"messages": OK_MESSAGES, "top_p": 0}, 400, "top_p"),
     ("seed negative", CHAT, {"messages": OK_MESSAGES, "seed": -1}, 400, "seed"),
     ("n of 2", CHAT, {"messages": OK_MESSAGES, "n": 2}, 400, "n"),
     ("stream not a bool", CHAT, {"messages": OK_MESSAGES, "stream": "yes"}, 400, "stream"),
     ("stop not strings", CHAT, {"messages": OK_MESSAGES, "stop": [1]}, 400, "stop"),
-    ("bad sampler option", CHAT, {"messages": OK_MESSAGES, "dcode": {"threshold": 5}}, 400, "dcode"),
+    ("bad sampler option", CHAT, {"messages": OK_MESSAGES, "dcode": {"threshold": 5}}, 400, "dcode.threshold"),
     ("unknown model", CHAT, {"model": "gpt-9", "messages": OK_MESSAGES}, 404, "model"),
     ("unknown path", "/v1/embeddings", {"input": "x"}, 404, None),
     ("oversized body", CHAT, b'{"messages": "' + b"x" * (5 * 2**20) + b'"}', 413, None),
@@ -320,12 +321,13 @@ def test_a_missing_or_wrong_key_gets_401(server: Served, key: str | None) -> Non
 # A subprocess server with one slot and one queue place
 
 
-def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_exits_0() -> None:
+def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_cuts_with_an_error_and_exits_0() -> None:
     sock = free_socket()
     port = sock.getsockname()[1]
     sock.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "dcode.cli", "serve", "--port", str(port), "--max-batch", "1", "--max-queue", "1"]
+    argv += ["--graceful-timeout", "1"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -335,8 +337,9 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_exits_0() -> None:
                     break
             except httpx2.TransportError:
                 time.sleep(0.1)
-        # a long fill-in-the-middle (no end stops it): it runs; a second waits; a third is refused
-        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "stream": True, "diffusing": True}
+        # a long fill-in-the-middle (sampled hot, no end token comes soon): it runs; a second waits; a third is refused
+        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "temperature": 3.0, "stream": True}
+        long["diffusing"] = True
         client = httpx2.Client(timeout=60)
         first = client.send(client.build_request("POST", url + "/v1/completions", json=long), stream=True)
         first_lines = first.iter_lines()  # (kept: a dropped iterator would close the stream)
@@ -358,7 +361,11 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_exits_0() -> None:
         assert httpx2.get(url + "/health").json()["waiting"] == 0
         second_lines = second.iter_lines()
         assert next(second_lines).startswith("data: ")
-        proc.send_signal(signal.SIGTERM)  # with a stream still open
+        proc.send_signal(signal.SIGTERM)  # with a stream still open: it gets the grace period, then is cut
+        rest = [line for line in second_lines if line]
+        assert rest[-1] == "data: [DONE]"
+        cut = [json.loads(line[len("data: ") :]) for line in rest if line.startswith("data: {")][-1]
+        assert cut["error"]["code"] == "server_shutdown"  # never a cut answer that looks whole
         _, err = proc.communicate(timeout=30)
         second.close()
         assert proc.returncode == 0, err

@@ -1,19 +1,20 @@
 """`dcode serve`: the model behind an OpenAI-compatible HTTP API (see dcode.serve).
 
-Reads the options (every sampler option is a default a request may override), loads the model
-once, binds the socket (a port in use is a one-line error), and runs uvicorn until SIGINT or
-SIGTERM, which cancel the running requests and exit 0. FastAPI and uvicorn are imported here,
+Reads the options (every sampler option is a default a request may override; the key the server
+requires comes from --api-key, DCODE_SERVE_API_KEY or --api-key-file, never shown), loads the
+model once, binds the socket (a port in use is a one-line error), and runs the server
+(dcode.serve.server) until SIGINT or SIGTERM, which let running requests finish for
+--graceful-timeout seconds, cut the rest, and exit 0. FastAPI and uvicorn are imported here,
 inside the command, so the rest of the CLI starts without them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
+import logging
 import socket
 import sys
-from collections.abc import Iterator
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -28,7 +29,9 @@ from dcode.cli.common import (
     with_family_defaults,
 )
 from dcode.cli.options import with_options
-from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER
+from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER, Option
+
+LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -44,109 +47,152 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_server(app_: Any, sock: socket.socket, on_stop: Any) -> None:
-    """uvicorn on the bound socket until SIGINT/SIGTERM; returns normally (exit 0) after a signal."""
-    import uvicorn
+def required_key(given: str | None, file: Path | None) -> str | None:
+    """The key clients must send: --api-key (or DCODE_SERVE_API_KEY), or the first line of
+    --api-key-file; both, an empty key or an unreadable file is a usage error."""
+    if given is not None and file is not None:
+        fail("give --api-key or --api-key-file, not both", USAGE)
+    if file is not None:
+        try:
+            given = file.read_text(encoding="utf-8").splitlines()[0] if file.stat().st_size else ""
+        except (OSError, UnicodeDecodeError) as error:
+            fail(f"cannot read --api-key-file {file}: {getattr(error, 'strerror', None) or error}", USAGE)
+    if given is not None and not given.strip():
+        fail("the API key is empty", USAGE)
+    return given.strip() if given is not None else None
 
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            # uvicorn re-raises the signal after shutting down (the process would die of it):
-            # here a signal is the normal way to stop, so it ends the server and nothing else.
-            def stop(sig: int, frame: Any) -> None:
-                on_stop()
-                self.handle_exit(sig, frame)
 
-            previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+def log_to_stderr(access_log: bool) -> None:
+    """dcode.serve's records (one access line per request, errors) as `dcode: ...` lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("dcode: %(message)s"))
+    served = logging.getLogger("dcode.serve")
+    served.addHandler(handler)
+    served.setLevel(logging.INFO)
+    served.propagate = False
+    logging.getLogger("dcode.serve.access").disabled = not access_log
 
-    config = uvicorn.Config(app_, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="off")
-    Server(config).run(sockets=[sock])
+
+def serve_option(name: str, kind: type, default: Any, help: str, **extra: Any) -> Option:
+    """One of `dcode serve`'s own options: --NAME, DCODE_NAME (unless `env` says otherwise)."""
+    flag = extra.pop("flag", "--" + name.replace("_", "-"))
+    return Option(name, flag, extra.pop("env", f"DCODE_{name.upper()}"), help, kind, default, **extra)
+
+
+# `dcode serve`'s own options (its sampler, model and repair options are dcode.options')
+SERVE: tuple[Option, ...] = (
+    serve_option("host", str, "127.0.0.1", "Address to listen on (0.0.0.0: every interface; see --api-key)."),
+    serve_option("port", int, 8000, "Port to listen on.", min=0),
+    serve_option(
+        "api_key",
+        str,
+        None,
+        "Require `Authorization: Bearer KEY` on /v1/* (prefer the variable or --api-key-file: a command line "
+        "is visible to every user of the machine).",
+        env="DCODE_SERVE_API_KEY",
+        optional=True,
+    ),
+    serve_option(
+        "api_key_file",
+        str,
+        None,
+        "Read the required key from this file's first line.",
+        env="DCODE_SERVE_API_KEY_FILE",
+        optional=True,
+    ),
+    serve_option("max_batch", int, 16, "Requests generating at once.", min=1),
+    serve_option("max_queue", int, 64, "Requests waiting beyond those; more get 503.", min=0),
+    serve_option(
+        "batching",
+        bool,
+        None,
+        "Run the forward passes of requests running together as one batch (the default); --no-batching: "
+        "each request runs its own forward passes in its own thread.",
+        flag="--batching/--no-batching",
+        optional=True,
+    ),
+    serve_option("length", int, DEFAULT_LENGTH, "max_tokens when a request gives none.", min=1),
+    serve_option(
+        "busy_draft",
+        int,
+        None,
+        "Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
+        "default: 0 on a CPU, --draft on a GPU).",
+        min=0,
+        optional=True,
+    ),
+    serve_option(
+        "repair",
+        bool,
+        False,
+        'Repair chat answers unless a request says "dcode": {"repair": false}.',
+        flag="--repair/--no-repair",
+        env="DCODE_SERVE_REPAIR",
+    ),
+    serve_option(
+        "graceful_timeout",
+        float,
+        30.0,
+        "Seconds running requests get to finish after SIGINT/SIGTERM; the rest end with an error.",
+        min=0,
+    ),
+    serve_option(
+        "header_timeout",
+        float,
+        10.0,
+        "Seconds a connection may take to send a whole request head; it is closed after.",
+        min=1,
+    ),
+    serve_option(
+        "max_connections",
+        int,
+        1000,
+        "Open connections at most (fewer if the descriptor limit says so); more get 503.",
+        min=1,
+    ),
+    serve_option("access_log", bool, True, "One line per request on stderr.", flag="--access-log/--no-access-log"),
+)
 
 
 @app.command("serve")
-@with_options(*MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
-def serve(
-    ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", envvar="DCODE_HOST", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", envvar="DCODE_PORT", min=0, max=65535, help="Port to listen on.")
-    ] = 8000,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", envvar="DCODE_API_KEY", help="Require `Authorization: Bearer KEY` on /v1/*."),
-    ] = None,
-    max_batch: Annotated[
-        int, typer.Option("--max-batch", envvar="DCODE_MAX_BATCH", min=1, help="Requests generating at once.")
-    ] = 16,
-    max_queue: Annotated[
-        int,
-        typer.Option(
-            "--max-queue", envvar="DCODE_MAX_QUEUE", min=0, help="Requests waiting beyond those; more get 503."
-        ),
-    ] = 64,
-    batching: Annotated[
-        bool | None,
-        typer.Option(
-            "--batching/--no-batching",
-            envvar="DCODE_BATCHING",
-            help="Run the forward passes of requests running together as one batch (the default); "
-            "--no-batching: each request runs its own forward passes in its own thread.",
-        ),
-    ] = None,
-    length: Annotated[
-        int, typer.Option("--length", envvar="DCODE_LENGTH", min=1, help="max_tokens when a request gives none.")
-    ] = DEFAULT_LENGTH,
-    busy_draft: Annotated[
-        int | None,
-        typer.Option(
-            "--busy-draft",
-            envvar="DCODE_BUSY_DRAFT",
-            min=0,
-            help="Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
-            "default: 0 on a CPU, --draft on a GPU).",
-        ),
-    ] = None,
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair/--no-repair",
-            envvar="DCODE_SERVE_REPAIR",
-            help='Repair chat answers unless a request says "dcode": {"repair": false}.',
-        ),
-    ] = False,
-    **chosen: Any,
-) -> None:
+@with_options(*SERVE, *MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
+def serve(ctx: typer.Context, **chosen: Any) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (chat, completions with suffix, streams)."""
     config = sampler_config(chosen)
-    sock = bind(host, port)
+    file = chosen["api_key_file"]
+    key = required_key(chosen["api_key"], Path(file) if file is not None else None)
+    host = chosen["host"]
+    sock = bind(host, chosen["port"])
     try:
         from dcode.serve.app import create_app
         from dcode.serve.engine import Engine
+        from dcode.serve.server import descriptor_room, serve
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
     denoiser = load_model(chosen["model"], chosen["device"])
     config = with_family_defaults(config, denoiser, ctx)
+    busy_draft, batching = chosen["busy_draft"], chosen["batching"]
     engine = Engine(
         denoiser,
         config,
-        length=length,
-        repair_rounds=chosen["repair_rounds"] if repair else 0,
+        length=chosen["length"],
+        repair_rounds=chosen["repair_rounds"] if chosen["repair"] else 0,
         repair_tries=chosen["repair_tries"],
-        max_batch=max_batch,
-        max_queue=max_queue,
+        max_batch=chosen["max_batch"],
+        max_queue=chosen["max_queue"],
         # On a CPU the forward passes are compute-bound: batched requests that feed one row a pass
         # served the most requests per second there (docs/benchmarks/serve/serve.md); on a GPU a
         # drafted row is nearly free, so the draft stays (not measured on a GPU).
         batch=batching if batching is not None else True,
         busy_draft=busy_draft if busy_draft is not None else (0 if denoiser.device.type == "cpu" else None),
     )
-    where = sock.getsockname()
-    typer.echo(f"dcode: serving {engine.served} on http://{host}:{where[1]}/v1 (Ctrl-C stops)", err=True)
+    port = sock.getsockname()[1]
+    typer.echo(f"dcode: serving {engine.served} on http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
+    if key is None and host not in LOCAL_HOSTS:
+        typer.echo(f"dcode: no --api-key: anyone who can reach {host}:{port} can generate", err=True)
     sys.stderr.flush()
-    run_server(create_app(engine, api_key=api_key or None), sock, engine.cancel_all)
+    log_to_stderr(chosen["access_log"])
+    connections, burst = descriptor_room(chosen["max_connections"])
+    limits = {"header_timeout": chosen["header_timeout"], "max_connections": connections, "burst": burst}
+    serve(create_app(engine, api_key=key), sock, engine.cancel_all, grace=chosen["graceful_timeout"], **limits)
     typer.echo("dcode: stopped", err=True)

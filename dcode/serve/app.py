@@ -1,9 +1,13 @@
 """The HTTP face of `dcode serve`: a FastAPI app with OpenAI's paths, errors and streams.
 
-Owns: the routes (GET /v1/models, GET /health, POST /v1/chat/completions, /v1/completions,
-/v1/fim/completions), the API key check (Bearer, constant-time), the body size limit, OpenAI's
-error shape for every 4xx and 5xx (never a traceback), Server-Sent Events, and cancelling a
-request whose client went away. Parsing is dcode.serve.jobs', running dcode.serve.engine's.
+Owns: the routes (GET /v1/models, /v1/models/{id}, /health; POST /v1/chat/completions,
+/v1/completions, /v1/fim/completions), the API key check (Bearer, constant-time, before the body
+is read), `Content-Type: application/json` on every POST (a web page's "simple" cross-origin POST
+cannot send it), the body size and read-time limits, OpenAI's error shape for every 4xx and 5xx
+(never a traceback; 405 with `Allow`; no redirect built from the client's Host), one access-log
+line per request, Server-Sent Events, and cancelling a request whose client went away. Parsing
+and planning (tokenizing) run off the event loop; parsing is dcode.serve.jobs', running
+dcode.serve.engine's. Connection limits and timeouts below HTTP are dcode.serve.connections'.
 """
 
 from __future__ import annotations
@@ -12,39 +16,87 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dcode.serve import wire
-from dcode.serve.engine import Engine, Overloaded, Plan
+from dcode.serve.engine import Engine, Overloaded
 from dcode.serve.jobs import BadRequest, parse, parse_body
+from dcode.serve.replies import Plan
 from dcode.serve.wire import Kind
 
 MAX_BODY = 4 * 2**20  # bytes: a request body above this is refused (413) before it is read whole
+BODY_TIMEOUT = 30.0  # seconds to receive a whole body once its headers arrived (408 after)
 RETRY_AFTER = 1  # seconds a client told "overloaded" waits before trying again
+PREPARERS = 4  # threads that parse and tokenize requests (off the event loop)
+WARNING_HEADER = "X-Dcode-Warning"  # says what was cut from a conversation to fit the context
 log = logging.getLogger("dcode.serve")
+access = logging.getLogger("dcode.serve.access")
 
 
-def error_response(error: BadRequest, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(error: BadRequest, headers: Mapping[str, str] | None = None) -> JSONResponse:
     body = wire.error_body(error.message, error.kind, error.param, error.code)
     return JSONResponse(body, status_code=error.status, headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 once it passes `limit` bytes (whatever Content-Length says)."""
+class Guard:
+    """The app's outer layer: one access-log line per request (when its answer has ended), and an
+    exception that escapes a route as one log line and a 500 in OpenAI's shape instead of
+    Starlette's traceback; a client that left in the middle of its upload is closed quietly."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began, status = time.perf_counter(), 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except ClientDisconnect:
+            status = status or 499  # nginx's "client closed request": nothing was answered
+        except Exception as error:
+            log.error("internal error: %s: %s", type(error).__name__, (str(error).splitlines() or [""])[0])
+            if not status:
+                failed = BadRequest(f"internal error: {type(error).__name__}", None, 500, kind="server_error")
+                await error_response(failed)(scope, receive, sending)
+        finally:
+            client = scope.get("client") or ("-", 0)
+            line = '%s:%s "%s %s" %s %.3fs'
+            access.info(line, client[0], client[1], scope["method"], scope["path"], status, time.perf_counter() - began)
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The body, refused with 413 once it passes `limit` bytes (whatever Content-Length says), and
+    with 408 when it takes longer than `timeout` seconds to arrive."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise BadRequest(f"the body is {declared} bytes; the limit is {limit}", None, 413, "request_too_large")
     parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise BadRequest(f"the body is over the limit of {limit} bytes", None, 413, "request_too_large")
-        parts.append(part)
+    try:
+        async with asyncio.timeout(timeout):
+            async for part in request.stream():
+                size += len(part)
+                if size > limit:
+                    raise BadRequest(f"the body is over the limit of {limit} bytes", None, 413, "request_too_large")
+                parts.append(part)
+    except TimeoutError:
+        raise BadRequest(f"the body took over {timeout:g} s to arrive", None, 408, "request_timeout") from None
     return b"".join(parts)
 
 
@@ -57,9 +109,22 @@ def check_key(request: Request, key: str | None) -> None:
         raise BadRequest("missing or wrong API key (send Authorization: Bearer <key>)", None, 401, "invalid_api_key")
 
 
-def create_app(engine: Engine, *, api_key: str | None = None, max_body: int = MAX_BODY) -> FastAPI:
+def check_json(request: Request) -> None:
+    """415 unless the body says it is JSON: a web page can POST text/plain to a local server
+    without asking (no CORS preflight), but not application/json."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        shown = media or "none"
+        raise BadRequest(f"the body must be sent as Content-Type: application/json (got {shown})", None, 415)
+
+
+def create_app(
+    engine: Engine, *, api_key: str | None = None, max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT
+) -> FastAPI:
     """The app over `engine`; requests to /v1/* need `api_key` when one is set."""
-    app = FastAPI(title="dcode serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="dcode serve", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
+    app.add_middleware(Guard)
+    preparers = ThreadPoolExecutor(PREPARERS, thread_name_prefix="dcode-prepare")
 
     @app.exception_handler(BadRequest)
     async def refused(request: Request, error: BadRequest) -> JSONResponse:
@@ -68,32 +133,41 @@ def create_app(engine: Engine, *, api_key: str | None = None, max_body: int = MA
     @app.exception_handler(HTTPException)
     async def not_found(request: Request, error: HTTPException) -> JSONResponse:
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        message = (
-            f"no such path: {request.method} {request.url.path}"
-            if error.status_code in (404, 405)
-            else str(error.detail)
-        )
-        return error_response(BadRequest(message, None, error.status_code, kind=kind))
-
-    @app.exception_handler(Exception)
-    async def failed(request: Request, error: Exception) -> JSONResponse:
-        log.error("internal error: %s: %s", type(error).__name__, error)
-        return error_response(BadRequest(f"internal error: {type(error).__name__}", None, 500, kind="server_error"))
+        message = {
+            404: f"no such path: {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(error.status_code, str(error.detail))
+        return error_response(BadRequest(message, None, error.status_code, kind=kind), error.headers)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return engine.health()
 
+    def card() -> dict[str, Any]:
+        return wire.model_card(engine.served, engine.created, engine.model.facts.max_length)
+
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         check_key(request, api_key)
-        card = {"id": engine.served, "object": "model", "created": int(time.time()), "owned_by": "dcode"}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> dict[str, Any]:
+        check_key(request, api_key)
+        if model_id != engine.served:
+            message = f"the model '{model_id}' does not exist; this server serves '{engine.served}'"
+            raise BadRequest(message, "model", 404, "model_not_found")
+        return card()
 
     async def serve(request: Request, kind: Kind) -> Any:
         check_key(request, api_key)
-        job = parse(kind, parse_body(await read_body(request, max_body)), engine.served)
-        plan = engine.plan(job)
+        check_json(request)
+        raw = await read_body(request, max_body, body_timeout)
+
+        def prepare() -> Plan:  # JSON and tokenizing take CPU: in a thread, never on the event loop
+            return engine.plan(parse(kind, parse_body(raw), engine.served))
+
+        plan = await asyncio.get_running_loop().run_in_executor(preparers, prepare)
         return await run(request, engine, plan)
 
     @app.post("/v1/chat/completions")
@@ -125,9 +199,12 @@ async def run(request: Request, engine: Engine, plan: Plan) -> Any:
         busy = BadRequest("the server is overloaded: every slot and queue place is taken", None, 503, "overloaded")
         busy.kind = "server_error"
         return error_response(busy, {"Retry-After": str(RETRY_AFTER)})
+    headers = {WARNING_HEADER: plan.warning} if plan.warning else {}
     if plan.job.stream:
         return StreamingResponse(
-            stream(queue, cancel, plan), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            stream(queue, cancel, plan),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", **headers},
         )
     try:
         final: dict[str, Any] | None = None
@@ -148,13 +225,15 @@ async def run(request: Request, engine: Engine, plan: Plan) -> Any:
     finally:
         cancel()  # a no-op once finished; stops the worker if this handler was cancelled
     if final is not None:
-        return JSONResponse(final)
+        return JSONResponse(final, headers=headers)
     return error_response(failure or BadRequest("the request was cancelled", None, 500, kind="server_error"))
 
 
 async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], None], plan: Plan) -> AsyncIterator[str]:
-    """SSE lines from the worker's chunks; the usage chunk when asked; [DONE]. If the client goes
-    away, Starlette cancels this generator and the worker stops at its next forward pass."""
+    """SSE lines from the worker's chunks; the usage chunk when asked; [DONE]. An answer cut short
+    (the server stopping) ends with an error event before [DONE], so no client takes it as whole.
+    If the client goes away, Starlette cancels this generator and the worker stops at its next
+    forward pass."""
     usage: dict[str, int] | None = None
     final: dict[str, Any] | None = None
     try:
@@ -169,7 +248,7 @@ async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], Non
             elif kind == "end":
                 break
         if final is not None and usage is not None and plan.job.include_usage:
-            yield wire.sse(wire.usage_chunk(plan.job.kind, final["id"], final["model"], usage))
+            yield wire.sse(wire.usage_chunk(plan.job.kind, final["id"], final["model"], usage, final["created"]))
         yield wire.DONE
     finally:
         cancel()

@@ -1,7 +1,7 @@
 """A model proxy that batches the forward passes of requests running together.
 
 Each request's denoise() generator (the one sampling loop) runs in its own worker thread with a
-Batcher as its model. The Batcher satisfies the Denoiser protocol; a forward call from a worker
+BatchingDenoiser as its model, which satisfies the Denoiser protocol: a forward call from a worker
 waits until every running worker has called (or a short wait ran out), then the calls that fit
 together run as one batched forward and each worker gets its own rows back. Calls that do not fit
 run alone. The results are the unbatched results: rows of a batch never see one another.
@@ -32,7 +32,7 @@ from dcode.models.base import Denoiser, ModelFacts
 from dcode.models.native import NativeCache, NativeDenoiser, rotary
 
 
-class Cancelled(Exception):
+class RequestCancelled(Exception):
     """The worker's request was cancelled (client gone, server stopping): raised at its next forward."""
 
 
@@ -134,7 +134,7 @@ def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
         row += count
 
 
-class Batcher:
+class BatchingDenoiser:
     """The Denoiser every worker samples with; see the module docstring. `batch=False` passes
     every call straight through (threads alone). A call waits until every running worker has
     called, or for `wait` seconds: on a busy CPU the workers' own sampling steps take turns under
@@ -169,7 +169,7 @@ class Batcher:
     def __call__(self, ids: torch.Tensor, cache: Any = None, **kwargs: Any) -> torch.Tensor:
         cancelled = getattr(self._local, "cancelled", None)
         if cancelled is not None and cancelled.is_set():
-            raise Cancelled
+            raise RequestCancelled
         if not self.batch or kwargs or cancelled is None:
             with self._lock:
                 self.calls += 1

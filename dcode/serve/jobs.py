@@ -2,28 +2,35 @@
 
 Owns what `dcode serve` accepts: the OpenAI fields (model, messages, prompt, suffix, max_tokens or
 max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options, n) and dcode's
-(`diffusing`, and a `dcode` object with `repair`, `language` and sampler option names), their
-types and ranges. Unknown fields are ignored, as OpenAI-compatible servers do. Pure Python: no
-torch, no web framework; nothing here reaches the model.
+(`diffusing`, and a `dcode` object with `repair`, `language` and sampler options by name), their
+JSON types, and text the tokenizer can take (no lone surrogate). Sampler options are read by the
+declarations of dcode.options (dcode.serve.settings): nothing here re-declares one. Unknown
+top-level fields are ignored, as OpenAI-compatible servers do; an unknown key in the `dcode` object
+is refused. Pure Python: no torch, no web framework; nothing here reaches the model.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcode.config import SamplerConfig
+from dcode.serve.settings import BY_KEY, SettingError, checked, json_type, read_options
 from dcode.serve.wire import Kind
 
-# `dcode` object keys -> SamplerConfig fields: the CLI's option names and the fields themselves.
-SAMPLER_KEYS = {
-    "strategy": "rule",
-    "order": "ordering",
-    **{f.name: f.name for f in dataclasses.fields(SamplerConfig)},
+# OpenAI's message roles; another role next to a user message is refused, as OpenAI does.
+# "developer" is OpenAI's newer name for "system"; a chat template knows the older one.
+ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
 }
+MAX_STOP_CHARS = 4096  # characters of all stop strings together: each pass looks for every one
+MAX_LANGUAGE_CHARS = 64
 
 
 class BadRequest(Exception):
@@ -45,24 +52,42 @@ class Job:
     text: str  # chat: the request (the last user message); text: the prompt, the code before the middle
     suffix: str | None  # fill-in-the-middle: the code after the middle
     max_tokens: int | None  # answer positions to fill (None: the server's default)
-    settings: dict[str, Any] = field(default_factory=dict)  # SamplerConfig fields the request set
+    options: dict[str, Any] = field(default_factory=dict)  # sampler options the request gave, by option name
     stream: bool = False
     include_usage: bool = False
     diffusing: bool = False
     repair: bool | None = None  # None: the server's default
     language: str = "python"
     stop: tuple[str, ...] = ()
+    messages: tuple[tuple[str, str], ...] = ()  # chat: the whole conversation, (role, text) with ROLES' roles
+
+
+def reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
-    """The JSON object of a request body."""
+    """The JSON object of a request body: 400 for anything else, including what Python's parser
+    refuses past its own limits (nesting beyond the recursion limit, integers of over 4300 digits)."""
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BadRequest(f"the body is not valid JSON: {error}") from None
+        body = json.loads(raw, parse_constant=reject_constant)
+    except RecursionError:
+        raise BadRequest("the body is not valid JSON: nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, the integer digit limit
+        raise BadRequest(f"the body is not valid JSON: {str(error).splitlines()[0][:200]}") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body
+
+
+def text_of(value: str, param: str) -> str:
+    """`value`, refused unless it is text a tokenizer takes (UTF-8: no lone surrogate, which JSON's
+    \\ud800 escape can carry)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"'{param}' holds a lone surrogate: it is not valid Unicode text", param) from None
+    return value
 
 
 def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) -> Any:
@@ -71,7 +96,7 @@ def _typed(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str) 
     if value is None:
         return None
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise BadRequest(f"'{name}' must be {what}, got {type(value).__name__}", name)
+        raise BadRequest(f"'{name}' must be {what}, got {json_type(value)}", name)
     return value
 
 
@@ -82,37 +107,88 @@ def _number(body: dict[str, Any], name: str, low: float, high: float, integer: b
     return value
 
 
-def message_text(content: Any) -> str:
-    """A message's content: a string, or OpenAI's list of parts whose text parts are joined."""
+def message_text(content: Any, param: str) -> str:
+    """A message's content: a string, OpenAI's list of parts whose text parts are joined, or null
+    (an assistant turn that only called tools)."""
+    if content is None:
+        return ""
     if isinstance(content, str):
-        return content
+        return text_of(content, param)
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
-    raise BadRequest("a message's 'content' must be a string or a list of parts", "messages")
+        parts = [p.get("text") for p in content if p.get("type") == "text"]
+        if all(isinstance(p, str) for p in parts):
+            return text_of("".join(parts), param)
+    raise BadRequest(f"'{param}' must be a string or a list of parts", param)
 
 
-def chat_request(body: dict[str, Any]) -> str:
-    """The request of a chat: the last user message (earlier turns and system prompts are context
-    dcode's prompt template has no place for)."""
+def conversation(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The chat's messages as (role, text): every role one of OpenAI's, at least one user message."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list", "messages")
-    for message in messages:
+    out = []
+    for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise BadRequest("each message must be an object with a 'role'", "messages")
-    users = [m for m in messages if m["role"] == "user"]
-    if not users:
+            raise BadRequest(f"'messages[{i}]' must be an object with a 'role'", f"messages[{i}].role")
+        role = ROLES.get(message["role"])
+        if role is None:
+            choices = ", ".join(sorted(ROLES))
+            raise BadRequest(
+                f"'messages[{i}].role' is {message['role']!r}; it must be one of {choices}", f"messages[{i}].role"
+            )
+        out.append((role, message_text(message.get("content"), f"messages[{i}].content")))
+    if not any(role == "user" for role, _ in out):
         raise BadRequest("'messages' has no user message", "messages")
-    return message_text(users[-1].get("content"))
+    return tuple(out)
 
 
 def extensions(body: dict[str, Any]) -> tuple[dict[str, Any], bool | None, str]:
-    """The `dcode` object: sampler settings (checked by SamplerConfig), repair, language."""
-    extra = _typed(body, "dcode", (dict,), "an object") or {}
-    settings = {SAMPLER_KEYS[k]: v for k, v in extra.items() if k in SAMPLER_KEYS}
+    """The `dcode` object: sampler options by name (dcode.options), repair, language."""
+    extra = dict(_typed(body, "dcode", (dict,), "an object") or {})
     repair = _typed(extra, "repair", (bool,), "true or false")
     language = _typed(extra, "language", (str,), "a string") or "python"
-    return settings, repair, language
+    if len(language) > MAX_LANGUAGE_CHARS:
+        raise BadRequest(f"'dcode.language' is over {MAX_LANGUAGE_CHARS} characters", "dcode.language")
+    text_of(language, "dcode.language")
+    options = {k: v for k, v in extra.items() if k not in ("repair", "language")}
+    try:
+        return read_options(options, "dcode."), repair, language
+    except SettingError as error:
+        raise BadRequest(str(error), error.param) from None
+
+
+def stops(body: dict[str, Any]) -> tuple[str, ...]:
+    """`stop`: a string or a list of non-empty strings, as many as the client likes (Continue sends
+    7-9), up to MAX_STOP_CHARS characters in all."""
+    stop = body.get("stop")
+    given = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    if not isinstance(given, list) or not all(isinstance(s, str) and s for s in given):
+        raise BadRequest("'stop' must be a string or a list of non-empty strings", "stop")
+    if sum(len(s) for s in given) > MAX_STOP_CHARS:
+        raise BadRequest(f"'stop' holds over {MAX_STOP_CHARS} characters", "stop")
+    return tuple(text_of(s, "stop") for s in dict.fromkeys(given))
+
+
+def prompt_and_suffix(body: dict[str, Any]) -> tuple[str, str | None]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # OpenAI allows a list of prompts; dcode serves one
+    if not isinstance(prompt, str):
+        raise BadRequest("'prompt' must be a string", "prompt")
+    suffix = _typed(body, "suffix", (str,), "a string")
+    return text_of(prompt, "prompt"), None if suffix is None else text_of(suffix, "suffix")
+
+
+def sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's sampler fields (`temperature`, `top_p`, `seed`): dcode's options of those names."""
+    try:
+        return {
+            name: checked(BY_KEY[name], body[name], name)
+            for name in ("temperature", "top_p", "seed")
+            if body.get(name) is not None
+        }
+    except SettingError as error:
+        raise BadRequest(str(error), error.param) from None
 
 
 def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
@@ -122,46 +198,29 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         raise BadRequest(
             f"the model '{model}' does not exist; this server serves '{served}'", "model", 404, "model_not_found"
         )
+    messages: tuple[tuple[str, str], ...] = ()
     if kind == "chat":
-        text, suffix = chat_request(body), None
+        messages = conversation(body)
+        text, suffix = [content for role, content in messages if role == "user"][-1], None
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]  # OpenAI allows a list of prompts; dcode serves one
-        if not isinstance(prompt, str):
-            raise BadRequest("'prompt' must be a string", "prompt")
-        text, suffix = prompt, _typed(body, "suffix", (str,), "a string")
+        text, suffix = prompt_and_suffix(body)
     if not text.strip() and not (suffix or "").strip():
         raise BadRequest("the prompt is empty", "messages" if kind == "chat" else "prompt")
-    n = _number(body, "n", 1, 1, integer=True)
-    del n  # only n=1: checked by the range
-    settings, repair, language = extensions(body)
-    for name, target in (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
-        low, high = {"temperature": (0, 2), "top_p": (0, 1), "seed": (0, 2**63 - 1)}[name]
-        value = _number(body, name, low, high, integer=name == "seed")
-        if value is not None:
-            settings[target] = value
-    if settings.get("top_p") == 0:
-        raise BadRequest("'top_p' must be above 0", "top_p")
-    try:
-        SamplerConfig(**settings)  # every value in range before the model sees it
-    except (TypeError, ValueError) as error:
-        raise BadRequest(f"bad sampler setting: {error}", "dcode") from None
-    stop = body.get("stop")
-    stops = (stop,) if isinstance(stop, str) else stop if stop is not None else ()
-    if not isinstance(stops, list | tuple) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise BadRequest("'stop' must be a string or a list of up to 4 non-empty strings", "stop")
-    options = _typed(body, "stream_options", (dict,), "an object") or {}
+    _number(body, "n", 1, 1, integer=True)  # only n=1
+    options, repair, language = extensions(body)
+    options |= {k: v for k, v in sampling(body).items() if v is not None}
+    stream_options = _typed(body, "stream_options", (dict,), "an object") or {}
     return Job(
         kind=kind,
         text=text,
         suffix=suffix,
         max_tokens=_number(body, "max_tokens" if "max_tokens" in body else "max_completion_tokens", 1, 2**31, True),
-        settings=settings,
+        options=options,
         stream=bool(_typed(body, "stream", (bool,), "true or false")),
-        include_usage=bool(_typed(options, "include_usage", (bool,), "true or false")),
+        include_usage=bool(_typed(stream_options, "include_usage", (bool,), "true or false")),
         diffusing=bool(_typed(body, "diffusing", (bool,), "true or false")),
         repair=repair,
         language=language,
-        stop=tuple(stops),
+        stop=stops(body),
+        messages=messages,
     )

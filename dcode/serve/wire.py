@@ -10,7 +10,6 @@ client can use it without either.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -39,24 +38,43 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def model_card(model: str, created: int, context: int) -> dict[str, Any]:
+    """One entry of GET /v1/models, and GET /v1/models/{id}: OpenAI's fields, and the context length
+    under vLLM's name (`max_model_len`), which tools read to size what they send."""
+    return {"id": model, "object": "model", "created": created, "owned_by": "dcode", "max_model_len": context}
+
+
 def completion(
-    kind: Kind, ident: str, model: str, text: str, finish: str, used: Mapping[str, int], extra: Mapping[str, Any]
+    kind: Kind,
+    ident: str,
+    model: str,
+    text: str,
+    finish: str,
+    used: Mapping[str, int],
+    extra: Mapping[str, Any],
+    *,
+    created: int,
+    warning: str | None = None,
 ) -> dict[str, Any]:
-    """A finished `chat.completion` or `text_completion`, with dcode's metadata under "dcode"."""
+    """A finished `chat.completion` or `text_completion` made at `created` (Unix seconds), with
+    dcode's metadata under "dcode", and `warning` when the prompt was cut to fit."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
     if kind == "chat":
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    return {
+    out = {
         "id": ident,
         "object": "chat.completion" if kind == "chat" else "text_completion",
-        "created": int(time.time()),
+        "created": created,
         "model": model,
         "choices": [choice],
         "usage": dict(used),
         "dcode": dict(extra),
     }
+    if warning is not None:
+        out["warning"] = warning
+    return out
 
 
 def chunk(
@@ -66,11 +84,14 @@ def chunk(
     text: str | None,
     finish: str | None = None,
     *,
+    created: int,
     first: bool = False,
     extension: Mapping[str, Any] | None = None,
+    warning: str | None = None,
 ) -> dict[str, Any]:
     """One stream chunk: `text` is the delta (appended streams) or the whole canvas (diffusing
-    streams); `first` adds the chat role; `extension` is the dcode field."""
+    streams); `created` is the stream's (every chunk of a stream has the same); `first` adds the
+    chat role; `extension` is the dcode field; `warning` says the prompt was cut to fit."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
     if kind == "chat":
         delta: dict[str, Any] = {"role": "assistant"} if first else {}
@@ -82,18 +103,20 @@ def chunk(
     out: dict[str, Any] = {
         "id": ident,
         "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-        "created": int(time.time()),
+        "created": created,
         "model": model,
         "choices": [choice],
     }
     if extension is not None:
         out["dcode"] = dict(extension)
+    if warning is not None:
+        out["warning"] = warning
     return out
 
 
-def usage_chunk(kind: Kind, ident: str, model: str, used: Mapping[str, int]) -> dict[str, Any]:
+def usage_chunk(kind: Kind, ident: str, model: str, used: Mapping[str, int], created: int) -> dict[str, Any]:
     """The last chunk of a stream asked for `stream_options.include_usage`: no choices, the usage."""
-    out = chunk(kind, ident, model, None)
+    out = chunk(kind, ident, model, None, created=created)
     out["choices"] = []
     out["usage"] = dict(used)
     return out

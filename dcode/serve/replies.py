@@ -1,0 +1,222 @@
+"""One request's stream: the fill-in-the-middle stage, stop strings, and events -> wire chunks.
+
+Owns: the Plan (what a request runs: token ids, answer length, settings), fill_middle (prompt +
+masks + suffix through the same denoise(), ending once the middle has ended), cutting at stop
+strings (and holding back what could start one), and Reply, which turns the pipeline's events
+into what the wire sends: appended deltas of the settled left-to-right text, or the whole canvas
+with render.Describer's Frames, then the answer. Knows nothing about HTTP, threads or queues.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dcode import pipeline
+from dcode.config import SamplerConfig
+from dcode.events import Event, Finished, RepairRound, Started, Step
+from dcode.models.base import Denoiser
+from dcode.render import Describer, Frame
+from dcode.sampler import denoise, trim_answer
+from dcode.serve import wire
+from dcode.serve.jobs import BadRequest, Job
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: Job
+    prefix: list[int]  # token ids before the answer (chat: the templated request)
+    suffix: list[int]  # token ids after the answer (fill-in-the-middle), else empty
+    length: int  # answer positions to fill
+    config: SamplerConfig
+    rounds: int  # repair rounds (0: off)
+    warning: str | None = None  # what was cut from the prompt to fit the context, for the client
+
+
+def shutdown_error() -> BadRequest:
+    """What ends an answer cut by the server stopping: a 503, or the stream's last event before [DONE]."""
+    message = "the server is shutting down: the answer was cut short; send the request again"
+    return BadRequest(message, None, 503, "server_shutdown", kind="server_error")
+
+
+def fill_middle(
+    model: Denoiser, prefix: list[int], suffix: list[int], length: int, config: SamplerConfig
+) -> Iterator[Started | Step | Finished]:
+    """`/v1/completions`: Started, then prefix + `length` masks (+ suffix) filled by denoise(); then Finished
+    with the answer's text. With a suffix the masks are a middle whose length the model chooses:
+    once it writes an end token the positions after it are padding (config.stop_at_eos), so a short
+    middle takes the passes it needs, not those of `length`; end and pad tokens are dropped."""
+    facts = model.facts
+    canvas = torch.tensor(prefix + [facts.mask_id] * length + suffix, dtype=torch.long)
+    fill = torch.zeros(len(canvas), dtype=torch.bool)
+    fill[len(prefix) : len(prefix) + length] = True
+    yield Started((len(prefix), len(canvas)), ((len(prefix), len(prefix) + length),))
+    began = time.perf_counter()
+    last: Step | None = None
+    for last in denoise(model, canvas, len(prefix), config, fill=fill):  # the middle ends at its end token
+        yield last
+    assert last is not None
+    middle = last.canvas[len(prefix) : len(prefix) + length]
+    drop = frozenset({facts.pad_id, facts.mask_id})
+    kept = (
+        [t for t in middle.tolist() if t not in drop | facts.eos_ids]
+        if suffix
+        else trim_answer(middle, facts.eos_ids, drop)
+    )
+    yield Finished(
+        code=pipeline.decode(model, kept),
+        prompt_tokens=len(prefix) + len(suffix),
+        tokens=len(kept),
+        canvas=length,
+        forward=last.forward,
+        seconds=time.perf_counter() - began,
+    )
+
+
+def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """text up to the first stop sequence, and whether one was found. Example: ("a\\nb", ("\\n",)) -> ("a", True)."""
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def held_back(text: str, stops: tuple[str, ...], chat: bool) -> str:
+    """The part of a settled text an appended stream may send: no trailing half character, no
+    trailing line breaks in a chat answer (the final code ends in exactly one), no start of a
+    stop sequence."""
+    text = text.rstrip("\ufffd")
+    if chat:
+        text = text.rstrip("\n")
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:k]):
+                text = text[:-k]
+                break
+    return text
+
+
+class Reply:
+    """One request's events -> the chunks its stream sends, and its final answer."""
+
+    def __init__(self, plan: Plan, model: Denoiser, served: str) -> None:
+        self.plan, self.model, self.served = plan, model, served
+        self.job = plan.job
+        self.ident = ("chatcmpl-" if self.job.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        facts = model.facts
+        self.describer = Describer(
+            model.tokenizer,
+            facts.mask_id,
+            model=facts.name,
+            device=model.device.type,
+            language=self.job.language,
+            hidden=facts.eos_ids | {facts.pad_id},
+        )
+        self.sent = ""  # appended stream: text sent so far
+        self.first = True
+        self.frame: Frame | None = None
+        self.created = int(time.time())  # every chunk of the stream, and the answer, carry this one
+
+    def chunk(
+        self, text: str | None, finish: str | None = None, extension: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        kind, warning = self.job.kind, self.plan.warning if self.first else None
+        out = wire.chunk(
+            kind,
+            self.ident,
+            self.served,
+            text,
+            finish,
+            created=self.created,
+            first=self.first,
+            extension=extension,
+            warning=warning,
+        )
+        self.first = False
+        return out
+
+    def completion(self, text: str, reason: str, used: dict[str, int], metadata: dict[str, Any]) -> dict[str, Any]:
+        return wire.completion(
+            self.job.kind,
+            self.ident,
+            self.served,
+            text,
+            reason,
+            used,
+            metadata,
+            created=self.created,
+            warning=self.plan.warning,
+        )
+
+    def stopped(self, step: Step, elapsed: float) -> Finished | None:
+        """The answer as it stands when its settled text already holds a stop string: what comes
+        after cannot change what the client gets, so the request ends here (repair off)."""
+        plan = self.plan
+        if not self.job.stop or plan.rounds:
+            return None
+        ids = self.settled_ids(step)
+        text = self.text_of(ids)
+        if not cut_at_stop(text, self.job.stop)[1]:
+            return None
+        prompt = len(plan.prefix) + len(plan.suffix)
+        return Finished(text, prompt, len(ids), plan.length, step.forward, elapsed)
+
+    def settled(self, step: Step) -> str:
+        """The answer's left-to-right prefix that holds no mask, as text."""
+        return self.text_of(self.settled_ids(step))
+
+    def text_of(self, ids: list[int]) -> str:
+        text = pipeline.decode(self.model, ids)
+        return text.lstrip("\n") if self.job.kind == "chat" else text
+
+    def settled_ids(self, step: Step) -> list[int]:
+        """The token ids of the answer's left-to-right prefix that holds no mask, end tokens dropped."""
+        facts, plan = self.model.facts, self.plan
+        answer = step.canvas[len(plan.prefix) : len(plan.prefix) + plan.length].tolist()
+        open_at = answer.index(facts.mask_id) if facts.mask_id in answer else len(answer)
+        drop = facts.eos_ids | {facts.pad_id}
+        if plan.suffix:
+            ids = [t for t in answer[:open_at] if t not in drop]
+        else:
+            ids = trim_answer(torch.tensor(answer[:open_at]), facts.eos_ids, frozenset({facts.pad_id}))
+        return ids
+
+    def on_event(self, event: Event, elapsed: float) -> list[dict[str, Any]]:
+        """The chunks a streamed event sends (none for a non-streamed request). The Describer sees
+        every event, as the local view's does: Started tells it where the answer is."""
+        if not self.job.stream:
+            return []
+        if self.job.diffusing:
+            frame = self.describer(event, elapsed)
+            if isinstance(event, Step) and frame is not None:
+                self.frame = frame
+                return [self.chunk(wire.canvas_text(frame), extension=wire.frame_event(frame))]
+            if isinstance(event, RepairRound):
+                spans = [(s.start_byte, s.end_byte) for s in event.spans]
+                ext = wire.repair_round_event(event.round, event.attempt, spans, event.issues_after, event.kept)
+                return [self.chunk(wire.canvas_text(self.frame) if self.frame else "", extension=ext)]
+            return []
+        if not isinstance(event, Step) or self.plan.rounds:  # repair may change any of it: send at the end
+            return []
+        text, _ = cut_at_stop(self.settled(event), self.job.stop)
+        now = held_back(text, self.job.stop, self.job.kind == "chat")
+        if len(now) > len(self.sent) and now.startswith(self.sent):
+            delta, self.sent = now[len(self.sent) :], now
+            return [self.chunk(delta)]
+        return []
+
+    def finish(self, done: Finished) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]]:
+        """(answer text, finish reason, metadata, the stream's last chunks)."""
+        text, stopped = cut_at_stop(done.code, self.job.stop)
+        ended = done.tokens < done.canvas or (done.repair is not None and done.repair.rounds > 0)
+        reason = "stop" if stopped or ended or self.plan.suffix else "length"
+        metadata = {"model": self.model.facts.name, "language": self.job.language, **done.metadata()}
+        if not self.job.stream:
+            return text, reason, metadata, []
+        if self.job.diffusing:
+            return text, reason, metadata, [self.chunk(text, reason, wire.finished_event(text, metadata))]
+        rest = text[len(self.sent) :] if text.startswith(self.sent) else ""
+        return text, reason, metadata, [self.chunk(rest, reason)]
