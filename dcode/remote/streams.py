@@ -18,22 +18,16 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Literal
 
+from dcode.events import Drawn, Frame
 from dcode.remote.client import RemoteError
 from dcode.remote.sse import MalformedStream
-from dcode.render import MASK, Frame
+from dcode.render import MASK
 
 Kind = Literal["replace", "append", "dcode"]
 Mode = Literal["auto", "replace", "append", "dcode"]
 STREAM_MODES: tuple[Mode, ...] = ("auto", "replace", "append", "dcode")
 MOST_DIFF = 250_000  # piece pairs difflib compares for one chunk's highlight (a few ms)
 PIECE = re.compile(r"\w+|\s|[^\w\s]")  # a word, one white-space character, or one symbol
-
-
-@dataclass(frozen=True)
-class Update:
-    """One chunk as the live view draws it."""
-
-    frame: Frame
 
 
 @dataclass(frozen=True)
@@ -125,8 +119,8 @@ def read(
     diffusing: bool = False,
     empty_ok: bool = False,
     began: float | None = None,
-) -> Iterator[Update | Answer]:
-    """An Update per content chunk, then the Answer. `diffusing`: the server is known to send
+) -> Iterator[Drawn | Answer]:
+    """A Drawn frame per content chunk, then the Answer. `diffusing`: the server is known to send
     whole texts when asked (Inception's host). A dcode extension seen later switches to dcode frames.
     An empty answer is a RemoteError unless `empty_ok` (a fill may delete its span)."""
     began = time.perf_counter() if began is None else began
@@ -156,7 +150,7 @@ def read(
             if event == "frame":
                 count += 1
                 first = elapsed if first is None else first
-                yield Update(wire_frame(extension.get("frame")))
+                yield Drawn(wire_frame(extension.get("frame")))
             elif event == "finished":
                 text = str(extension.get("code", piece or ""))
                 metadata = extension["metadata"] if isinstance(extension.get("metadata"), dict) else {}
@@ -177,9 +171,13 @@ def read(
             now = pieces(text, masks=True)
             fresh = changed(shown, now)
             shown = now
-        filled += len(fresh)
         masked = sum(1 for p in shown if p is None) if kind != "append" else 0
-        yield Update(Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language))
+        filled = filled + len(fresh) if kind == "append" else sum(1 for p in shown if p)  # what is on screen
+        yield Drawn(
+            Frame(
+                tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language, unit="chunk"
+            )
+        )
     if kind == "append":
         text = "".join(parts)
     if not empty_ok and (kind is None or not text.strip()):
