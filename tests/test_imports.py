@@ -187,7 +187,7 @@ def test_the_walker_sees_the_package() -> None:
     cli_imports = set().union(*(dcode_imports(m) for m in CLI))
     assert {"dcode.config", "dcode.pipeline", "dcode.files", "dcode.syntax", "dcode.models"} <= cli_imports
     assert {"dcode.cli", "dcode.cli.generate", "dcode.cli.checking", "dcode.cli.editing"} <= set(CLI)
-    assert "typer" in all_imports("dcode.cli.common")
+    assert "typer" in all_imports("dcode.cli.app")
 
 
 @pytest.mark.parametrize(

@@ -15,10 +15,10 @@ from dcode.events import Repaired, RepairRound, Started, Step, drain
 from dcode.fixes import confined, deleted, narrowest, resembles
 from dcode.linediff import hunks
 from dcode.models.base import ModelFacts
+from dcode.pipeline import repair
 from dcode.repair import (
     byte_offsets,
     culprits,
-    repair,
     room,
     tokenize,
     tokens_for_span,
