@@ -25,10 +25,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from dcode import flows
 from dcode.cli import app
-from dcode.remote import Endpoint, RemoteError, fill, flows, sse, streams
-from dcode.remote.streams import Answer, Update
-from dcode.render import MASK
+from dcode.events import Drawn, Finished, Repaired
+from dcode.remote import Endpoint, RemoteError, fill, sse, streams
+from dcode.remote.filler import EndpointFiller
+from dcode.remote.streams import Answer
+from dcode.render import MASK, Describer, render_status
 
 KEY = "sk-test-5ecret-never-shown"
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,7 +205,7 @@ def dcode_server(seen: Seen) -> Reply:
 
 
 def dcode(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:  # click.testing.Result
-    base = {"DCODE_API_KEY": "", "OPENAI_API_KEY": "", "INCEPTION_API_KEY": "", "NO_COLOR": "1"}
+    base = {"DCODE_ENDPOINT_KEY": "", "OPENAI_API_KEY": "", "INCEPTION_API_KEY": "", "NO_COLOR": "1"}
     return CliRunner().invoke(app, list(args), env={**base, **(env or {})}, input=input, prog_name="dcode")
 
 
@@ -236,36 +239,41 @@ def answer_of(events: list[Any]) -> Any:
     return events[-1]
 
 
+def served_new(endpoint: Endpoint, request: str = "add", length: int = 64, rounds: int = 0) -> list[Any]:
+    """dcode.flows.new through the endpoint, as `dcode new --endpoint` runs it."""
+    return list(flows.new(EndpointFiller(endpoint, fill.Sampling(0)), request, "python", length, rounds))
+
+
 def test_mercury_whole_texts_become_passes_with_the_change_highlighted(replay: Any) -> None:
     server = replay(mercury)
     endpoint = Endpoint.parse(server.url, model="mercury-2")
-    events = list(flows.new(endpoint, "add two numbers", "python", fill.Sampling(64), "auto", rounds=0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(endpoint, "add two numbers")
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.code for f in frames] == MERCURY_TEXTS
     assert frames[0].committed == frozenset(range(len(frames[0].pieces)))  # all new
     changed = {frames[1].pieces[i] for i in frames[1].committed}
     assert changed == {" ", "+", "b"}  # only what the second pass changed
     assert [f.forward for f in frames] == [1, 2] and frames[1].device == "127.0.0.1" and frames[1].model == "mercury-2"
     done = answer_of(events)
-    assert done.code == MERCURY_TEXTS[-1] and done.answer.kind == "replace"
+    assert done.code == MERCURY_TEXTS[-1] and done.extra["stream"] == "replace" and done.unit == "chunk"
     body = server.posts[0].body
     assert body["diffusing"] is True and body["stream"] is True and body["model"] == "mercury-2"
 
 
 def test_sglang_blocks_land_appended_without_done(replay: Any) -> None:
     server = replay(sglang)
-    events = list(flows.new(Endpoint.parse(server.url, model="llada2"), "add", "python", fill.Sampling(64), "auto", 0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(Endpoint.parse(server.url, model="llada2"))
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.code for f in frames] == ["def add(a, b):\n", "".join(SGLANG_BLOCKS)]
     assert "".join(frames[1].pieces[i] or "" for i in sorted(frames[1].committed)) == SGLANG_BLOCKS[1]
     done = answer_of(events)
-    assert done.answer.kind == "append" and done.answer.tokens == 12 and done.answer.prompt_tokens == 9
+    assert done.extra["stream"] == "append" and done.tokens == 12 and done.prompt_tokens == 9
 
 
 def test_dcode_frames_are_drawn_exactly_as_sent(replay: Any) -> None:
     server = replay(dcode_server)
-    events = list(flows.new(Endpoint.parse(server.url, model="dcode-tiny"), "f", "python", fill.Sampling(8), "auto", 0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(Endpoint.parse(server.url, model="dcode-tiny"), "f", 8)
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.pieces for f in frames] == [tuple(f["pieces"]) for f in DCODE_FRAMES]
     assert [f.committed for f in frames] == [frozenset(f["committed"]) for f in DCODE_FRAMES]
     assert [(f.forward, f.masked, f.device, f.elapsed) for f in frames] == [
@@ -274,7 +282,7 @@ def test_dcode_frames_are_drawn_exactly_as_sent(replay: Any) -> None:
         (3, 0, "cuda", 0.03),
     ]
     done = answer_of(events)
-    assert done.code == "def f(): pass\n" and done.answer.kind == "dcode" and done.answer.chunks == 3
+    assert done.code == "def f(): pass\n" and done.extra["stream"] == "dcode" and (done.forward, done.unit) == (3, "pass")
 
 
 def test_stream_mode_forces_the_reading(replay: Any) -> None:
@@ -294,14 +302,14 @@ def test_new_through_the_endpoint_prints_the_code_and_one_summary_line(replay: A
     done = dcode("new", "add two numbers", "--endpoint", server.url, "--model", "llada2", "-o", str(out))
     assert done.exit_code == 0, done.stderr
     assert out.read_text() == "".join(SGLANG_BLOCKS) and done.stdout == ""
-    assert done.stderr == "dcode: 12 tokens in 2 passes (6.0 tok/pass), " + done.stderr.split("), ", 1)[1]
+    assert done.stderr == "dcode: 12 tokens in 2 chunks (6.0 tok/chunk), " + done.stderr.split("), ", 1)[1]
     assert done.stderr.endswith(" tok/s, llada2 at 127.0.0.1\n") and done.stderr.count("\n") == 1
     assert server.posts[0].path == "/v1/chat/completions"
 
 
 def test_json_has_the_local_keys_and_never_the_key(replay: Any) -> None:
     server = replay(sglang)
-    done = dcode("new", "add", "--endpoint", server.url, "--model", "llada2", "--json", env={"DCODE_API_KEY": KEY})
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "llada2", "--json", env={"DCODE_ENDPOINT_KEY": KEY})
     assert done.exit_code == 0, done.stderr
     report = json.loads(done.stdout)
     assert {"code", "model", "language", "path", "tokens", "forward_passes", "seconds", "tokens_per_second"} <= set(
@@ -508,7 +516,7 @@ def test_silence_between_chunks_times_out(replay: Any) -> None:
 def test_failures_are_one_line(replay: Any, tmp_path: Path, reply: Reply, code: int, line: str) -> None:
     server = replay(lambda seen: reply)
     out = tmp_path / "o.py"
-    done = dcode("new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_API_KEY": KEY})
+    done = dcode("new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_ENDPOINT_KEY": KEY})
     assert (done.exit_code, done.stderr) == (code, f"dcode: error: {line.replace('{url}', server.url)}\n")
     assert not out.exists() and KEY not in done.stdout
 
@@ -566,7 +574,7 @@ def test_key_resolution(replay: Any) -> None:
     server = replay(sglang)
     args = ("new", "x", "--endpoint", server.url, "--model", "m", "--no-repair", "-q")
     dcode(*args, env={"OPENAI_API_KEY": "sk-openai"})
-    dcode(*args, env={"OPENAI_API_KEY": "sk-openai", "DCODE_API_KEY": "sk-dcode"})
+    dcode(*args, env={"OPENAI_API_KEY": "sk-openai", "DCODE_ENDPOINT_KEY": "sk-dcode"})
     dcode(*args, env={"INCEPTION_API_KEY": "sk-inception"})  # only for Inception's host
     assert [p.headers.get("authorization") for p in server.posts] == ["Bearer sk-openai", "Bearer sk-dcode", None]
     endpoint = Endpoint.parse("https://api.inceptionlabs.ai/v1", key=KEY)
@@ -578,7 +586,7 @@ def test_a_key_the_server_wants_but_was_not_given(replay: Any) -> None:
     done = dcode("new", "x", "--endpoint", server.url, "--model", "m")
     assert (done.exit_code, done.stderr) == (
         2,
-        f"dcode: error: {server.url} wants an API key (401): pass --api-key or set DCODE_API_KEY\n",
+        f"dcode: error: {server.url} wants an API key (401): pass --endpoint-key or set DCODE_ENDPOINT_KEY\n",
     )
 
 
@@ -651,11 +659,11 @@ def test_the_rich_live_view_draws_a_served_model(replay: Any) -> None:
     server = replay(mercury)
     endpoint = Endpoint.parse(server.url, model="mercury-2")
     console = Console(file=StringIO(), force_terminal=True, color_system=None, width=60, height=20)
-    describe = flows.describer("mercury-2", endpoint.host, "python")
-    done = tui.run_rich(lambda: flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0), describe, console)
-    assert isinstance(done, flows.Generated) and done.code == MERCURY_TEXTS[-1]
+    describe = Describer(None, -1, model="mercury-2", device=endpoint.host, language="python")
+    done = tui.run_rich(lambda: iter(served_new(endpoint)), describe, console)
+    assert isinstance(done, Finished) and done.code == MERCURY_TEXTS[-1]
     drawn = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "mercury-2 · 127.0.0.1 · pass 2" in drawn
+    assert "mercury-2 · 127.0.0.1 · chunk 2" in drawn
     settled = describe(done, 1.0)
     assert settled is not None and settled.settled and settled.code == MERCURY_TEXTS[-1] and settled.forward == 2
 
@@ -701,7 +709,7 @@ def test_edit_json_has_the_local_keys_and_never_the_key(replay: Any, tmp_path: P
     path = tmp_path / "v.py"
     path.write_text("x = 1\ny = 2\n")
     args = ("edit", str(path), "--lines", "2", "--instruct", "y is 22", "--endpoint", server.url, "--model", "m")
-    done = dcode(*args, "--json", env={"DCODE_API_KEY": KEY})
+    done = dcode(*args, "--json", env={"DCODE_ENDPOINT_KEY": KEY})
     assert done.exit_code == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["written"], report["changed"], report["selection"], report["errors_after"]) == (
@@ -783,11 +791,12 @@ def test_inception_is_asked_for_whole_texts_without_dcode_fields(replay: Any, mo
     monkeypatch.setattr(client, "INCEPTION_HOST", "127.0.0.1")
     endpoint = Endpoint.parse(server.url)
     assert endpoint.inception and fill.model_of(endpoint) == "mercury-2"
-    events = list(flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0))
-    assert events[-1].code == MERCURY_TEXTS[-1] and events[-1].answer.kind == "replace"
+    events = served_new(endpoint)
+    assert events[-1].code == MERCURY_TEXTS[-1] and events[-1].extra["stream"] == "replace"
     body = server.posts[0].body
     assert body["diffusing"] is True and "dcode" not in body and body["model"] == "mercury-2"
-    fixed = list(flows.mend(endpoint, BROKEN, "python", fill.Sampling(32)))[-1]
+    fixed = list(flows.repair(EndpointFiller(endpoint, fill.Sampling(32)), BROKEN, "python", "area"))[-1]
+    assert isinstance(fixed, Repaired)
     assert fixed.code == BROKEN.replace(BROKEN_LINE, "    return w * h + 1")
     assert server.posts[-1].path == "/v1/fim/completions" and server.posts[-1].body["model"] == "mercury-2"
 
@@ -798,7 +807,7 @@ def test_appended_deltas_split_mid_word_give_the_pieces_of_the_whole_text() -> N
     frames = [
         e.frame
         for e in streams.read(chunks, "append", model="m", device="d", language="python")
-        if isinstance(e, Update)
+        if isinstance(e, Drawn)
     ]
     for k, frame in enumerate(frames, 1):
         assert list(frame.pieces) == streams.pieces("".join(deltas[:k]))
