@@ -832,3 +832,118 @@ def test_sampler_options_the_user_set_travel_to_a_dcode_server(replay: Any) -> N
     body = server.posts[0].body
     assert body["dcode"] == {"rule": "schedule", "steps": 8, "block": 16, "language": "python", "repair": False}
     assert body["temperature"] == 0.5 and body["max_tokens"] == 256 and body["seed"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Interop with third-party servers (issue 26): each test failed before its fix
+
+
+def test_a_fastapi_server_refusing_the_extension_fields_with_422_is_asked_plainly(replay: Any) -> None:
+    """transformers serve (FastAPI) says 422 to fields it does not know, not 400."""
+
+    def script(seen: Seen) -> Reply:
+        extra = {"dcode", "diffusing"} & set(seen.body)
+        if extra:
+            detail = [{"type": "extra_forbidden", "loc": ["body", k], "msg": "Extra inputs are not permitted"} for k in extra]
+            return Reply(422, body=json.dumps({"detail": detail}))
+        return sglang(seen)
+
+    server = replay(script)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert [("dcode" in p.body) for p in server.posts] == [True, False]
+
+
+def draft_then(repairing: Callable[[Seen], Reply]) -> Callable[[Seen], Reply]:
+    """A server whose first chat answer is a one-line draft that does not parse; `repairing` answers the rest."""
+
+    def script(seen: Seen) -> Reply:
+        if len([s for s in script.seen if s.method == "POST"]) == 0:  # type: ignore[attr-defined]
+            script.seen.append(seen)  # type: ignore[attr-defined]
+            return Reply(chunks=sse_chunks([chat_chunk("def add(a, b:\n")]))
+        return repairing(seen)
+
+    script.seen = []  # type: ignore[attr-defined]
+    return script
+
+
+def test_a_whole_file_repair_in_append_mode_carries_the_request(replay: Any) -> None:
+    """The draft's only line is the whole file: fill in the middle would send an empty prompt and
+    suffix, which says nothing of what the file is for. The chat request carries the request."""
+    server = replay(draft_then(lambda seen: Reply(chunks=sse_chunks([chat_chunk("def add(a, b):\n    return a + b")]))))
+    args = ("new", "a function that adds two numbers", "--endpoint", server.url, "--model", "m")
+    done = dcode(*args, "--stream-mode", "append", "-q")
+    assert (done.exit_code, done.stdout) == (0, "def add(a, b):\n    return a + b\n"), done.stderr
+    repair = server.posts[1]
+    assert repair.path == "/v1/chat/completions"
+    assert "a function that adds two numbers" in repair.body["messages"][-1]["content"]
+
+
+def test_a_failed_repair_delivers_the_answer_already_had(replay: Any, tmp_path: Path) -> None:
+    server = replay(draft_then(lambda seen: error(500, "the model crashed")))
+    out = tmp_path / "add.py"
+    args = ("new", "add", "--endpoint", server.url, "--model", "m", "--stream-mode", "append", "-o", str(out))
+    done = dcode(*args, "--json")
+    assert done.exit_code == 3, done.stderr
+    assert out.read_text() == "def add(a, b:\n"  # the draft, not nothing
+    report = json.loads(done.stdout)
+    assert report["repair"]["issues_after"] == 1 and "the model crashed" in report["repair"]["note"]
+    assert done.stderr.endswith(f"dcode: warning: 1 syntax error(s) remain in {out}\n")
+
+
+APP = 'import sys\n\n\ndef main():\n    print("hi")\n\n\nif __name__ == "__main__":\n    main()\n'
+VERBOSE_MAIN = 'def main():\n    verbose = "--verbose" in sys.argv\n    print("hi" if not verbose else "hi!")\n'
+
+
+@pytest.mark.parametrize("echo", ["\n\n" + APP.split("\n\n\n", 2)[2], APP.split("\n\n\n", 2)[2]])
+def test_an_echoed_suffix_is_cut_from_the_fill(replay: Any, tmp_path: Path, echo: str) -> None:
+    """A server that echoes `suffix` at the end of its middle: the echo is not written twice."""
+    server = replay(fim_server(VERBOSE_MAIN + echo))
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    args = ("edit", str(path), "--symbol", "main", "--instruct", "add a --verbose flag", "--endpoint", server.url)
+    done = dcode(*args, "--model", "m", "-q")
+    assert done.exit_code == 0, done.stderr
+    assert path.read_text() == APP.replace('def main():\n    print("hi")\n', VERBOSE_MAIN)
+    assert server.posts[0].body["suffix"] == "\n\n" + APP.split("\n\n\n", 2)[2]
+
+
+def test_a_fill_that_repeats_the_code_after_it_is_refused(replay: Any, tmp_path: Path) -> None:
+    tail = APP.split("\n\n\n", 2)[2]
+    server = replay(fim_server(VERBOSE_MAIN + "\n\n" + tail + "\n\nprint('more')\n"))
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    args = ("edit", str(path), "--symbol", "main", "--instruct", "add a --verbose flag", "--endpoint", server.url)
+    done = dcode(*args, "--model", "m")
+    assert (done.exit_code, done.stderr) == (
+        1,
+        f"dcode: error: the new text for {path} repeats the code after the region; nothing written\n",
+    )
+    assert path.read_text() == APP and sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
+def test_whole_texts_show_one_set_of_numbers_in_the_view_and_the_summary(replay: Any) -> None:
+    """`replace` mode: the settled status bar says what the summary line says, in chunks."""
+    from dcode.cli.delivery import summary_line
+
+    server = replay(mercury)
+    endpoint = Endpoint.parse(server.url, model="mercury-2")
+    describe = Describer(None, -1, model="mercury-2", device=endpoint.host, language="python")
+    events = served_new(endpoint)
+    frames = [describe(e, 0.1) for e in events]
+    done, settled = events[-1], frames[-1]
+    assert isinstance(done, Finished) and settled is not None and settled.settled
+    metadata = done.metadata()
+    line, status = summary_line(metadata, "mercury-2", done.unit), render_status(settled).plain
+    assert f"{metadata['tokens']} tokens in 2 chunks ({metadata['tokens_per_forward']} tok/chunk)" in line
+    assert f"chunk 2 · done · {metadata['tokens_per_forward']:.1f} tok/chunk" in status
+    assert f"· {metadata['tokens_per_second']:.0f} tok/s · {metadata['seconds']:.1f} s" in status
+    last = [f for f in frames if f is not None and not f.settled][-1]
+    assert last.filled == len([p for p in last.pieces if p]) == metadata["tokens"]  # on screen: the text's pieces
+
+
+def test_version_prints_the_name_and_the_version() -> None:
+    from importlib.metadata import version
+
+    done = dcode("--version")
+    assert (done.exit_code, done.stdout) == (0, f"dcode {version('dcode')}\n")
