@@ -24,7 +24,7 @@ from dcode.events import Event, Finished, Span, Started, Step, Unit
 from dcode.filler import Draft, Fills, Plan
 from dcode.flows import InputError, check_room
 from dcode.models.base import Denoiser
-from dcode.repair import Canvas, canvases, culprits, fill, replays, retry, snap, tokenize
+from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
 from dcode.sampler import denoise, trim_answer
 from dcode.spans import Origin
 from dcode.syntax import Issue, normalize_language
@@ -151,7 +151,7 @@ class TokenPlan:
 
     spans: tuple[Span, ...]
     prompt: list[int]  # the request's token ids, at the head of every canvas
-    canvases: list[Canvas]
+    refills: list[Refill]
     ban: list[int]  # token ids a later try may not write (dcode.repair.culprits)
 
 
@@ -224,7 +224,7 @@ class ModelFiller:
         data = text.encode()
         ids, offsets = tokenize(self.denoiser.tokenizer, text)
         snapped = snap(offsets, spans)
-        planned = canvases(prompt, ids, offsets, data, snapped, facts) if snapped else None
+        planned = refills(prompt, ids, offsets, data, snapped, facts) if snapped else None
         if planned is None:
             return "nothing to re-mask" if not snapped else f"a span needs more than {facts.max_length} tokens"
         return TokenPlan(tuple(snapped), prompt, planned, culprits(data, ids, offsets, blamed))
@@ -239,9 +239,9 @@ class ModelFiller:
         # the same masks would repeat themselves; later tries may not write what the checker blamed
         run = config if attempt == 1 and not replays(self.denoiser.facts, origin) else retry(config, attempt)
         ban = plan.ban if attempt > 1 else ()
-        texts, forward = yield from fill(self.denoiser, plan.prompt, plan.canvases, run, ban, round_attempt)
+        texts, forward = yield from fill(self.denoiser, plan.prompt, plan.refills, run, ban, round_attempt)
         tokens = sum(b - a for a, b in (s.tokens for s in plan.spans))
-        return Fills(texts, forward, tokens, sum(b - a for c in plan.canvases for a, b in c.regions))
+        return Fills(texts, forward, tokens, sum(b - a for c in plan.refills for a, b in c.regions))
 
 
 def sampled(steps: Iterator[Step]) -> Generator[Step, None, Step]:

@@ -84,7 +84,7 @@ def snap(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str
 
 
 # ---------------------------------------------------------------------------------------------
-# Canvas
+# Canvases
 
 
 def room(tokens: int) -> int:
@@ -116,8 +116,9 @@ def remasked_canvas(
 
 
 @dataclass(frozen=True)
-class Canvas:
-    """One canvas of a repair try: the prompt, code around some spans, their masks."""
+class Refill:
+    """What one sampler run of a repair try fills: a canvas (the prompt, code around some spans,
+    their masks) and where its masks are."""
 
     ids: torch.Tensor  # (L,)
     regions: list[tuple[int, int]]  # canvas positions [start, end) of each span's masks
@@ -125,20 +126,20 @@ class Canvas:
     ends: list[bool]  # whether each span reaches the end of the text (a redrafted tail)
 
 
-def canvases(
+def refills(
     prompt_ids: Sequence[int],
     ids: Sequence[int],
     offsets: Sequence[tuple[int, int]],
     data: bytes,
     spans: Sequence[Span],
     facts: ModelFacts,
-) -> list[Canvas] | None:
-    """The canvases a round fills: one holding the whole text when it fits the model's context;
+) -> list[Refill] | None:
+    """What a round fills: one canvas holding the whole text when it fits the model's context;
     else one a span, each with a window of the nearest whole lines (dcode.window: before the span
     for a block-causal model, both sides otherwise). None when a span alone does not fit."""
     canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
     if len(canvas) <= facts.max_length:
-        return [Canvas(canvas, regions, list(range(len(spans))), [s.tokens[1] == len(ids) for s in spans])]
+        return [Refill(canvas, regions, list(range(len(spans))), [s.tokens[1] == len(ids) for s in spans])]
     from bisect import bisect_left
 
     from dcode.window import choose
@@ -155,14 +156,14 @@ def canvases(
         hi = max(hi, end)
         local = replace(span, tokens=(first - lo, end - lo))
         canvas, regions = remasked_canvas(prompt_ids, ids[lo:hi], [local], facts.mask_id)
-        out.append(Canvas(canvas, regions, [k], [end == len(ids)]))
+        out.append(Refill(canvas, regions, [k], [end == len(ids)]))
     return out
 
 
 def fill(
     model: Denoiser,
     prompt_ids: Sequence[int],
-    plan: Sequence[Canvas],
+    refills: Sequence[Refill],
     run: SamplerConfig,
     ban: Sequence[int],
     round_attempt: tuple[int, int],
@@ -174,18 +175,18 @@ def fill(
     drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
     texts: dict[int, str] = {}
     forward = 0
-    for canvas in plan:
-        masks = torch.zeros(len(canvas.ids), dtype=torch.bool)  # explicit, as the placeholder may be a real token
-        for a, b in canvas.regions:
+    for refill in refills:
+        masks = torch.zeros(len(refill.ids), dtype=torch.bool)  # explicit, as the placeholder may be a real token
+        for a, b in refill.regions:
             masks[a:b] = True
         number, attempt = round_attempt
-        yield Started((len(prompt_ids), len(canvas.ids)), tuple(canvas.regions), repair_round=number, attempt=attempt)
+        yield Started((len(prompt_ids), len(refill.ids)), tuple(refill.regions), repair_round=number, attempt=attempt)
         last: Step | None = None
-        for last in denoise(model, canvas.ids, len(prompt_ids), run, fill=masks, ban=ban):
+        for last in denoise(model, refill.ids, len(prompt_ids), run, fill=masks, ban=ban):
             yield last
         assert last is not None  # every span holds at least room(0) = 2 masks
         forward += last.forward
-        for k, (a, b), end in zip(canvas.spans, canvas.regions, canvas.ends, strict=True):
+        for k, (a, b), end in zip(refill.spans, refill.regions, refill.ends, strict=True):
             texts[k] = fill_text(model, last.canvas[a:b].tolist(), drop, end)
     return [texts[k] for k in sorted(texts)], forward
 

@@ -282,7 +282,9 @@ def test_dcode_frames_are_drawn_exactly_as_sent(replay: Any) -> None:
         (3, 0, "cuda", 0.03),
     ]
     done = answer_of(events)
-    assert done.code == "def f(): pass\n" and done.extra["stream"] == "dcode" and (done.forward, done.unit) == (3, "pass")
+    assert (
+        done.code == "def f(): pass\n" and done.extra["stream"] == "dcode" and (done.forward, done.unit) == (3, "pass")
+    )
 
 
 def test_stream_mode_forces_the_reading(replay: Any) -> None:
@@ -516,7 +518,9 @@ def test_silence_between_chunks_times_out(replay: Any) -> None:
 def test_failures_are_one_line(replay: Any, tmp_path: Path, reply: Reply, code: int, line: str) -> None:
     server = replay(lambda seen: reply)
     out = tmp_path / "o.py"
-    done = dcode("new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_ENDPOINT_KEY": KEY})
+    done = dcode(
+        "new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_ENDPOINT_KEY": KEY}
+    )
     assert (done.exit_code, done.stderr) == (code, f"dcode: error: {line.replace('{url}', server.url)}\n")
     assert not out.exists() and KEY not in done.stdout
 
@@ -844,7 +848,9 @@ def test_a_fastapi_server_refusing_the_extension_fields_with_422_is_asked_plainl
     def script(seen: Seen) -> Reply:
         extra = {"dcode", "diffusing"} & set(seen.body)
         if extra:
-            detail = [{"type": "extra_forbidden", "loc": ["body", k], "msg": "Extra inputs are not permitted"} for k in extra]
+            detail = [
+                {"type": "extra_forbidden", "loc": ["body", k], "msg": "Extra inputs are not permitted"} for k in extra
+            ]
             return Reply(422, body=json.dumps({"detail": detail}))
         return sglang(seen)
 
