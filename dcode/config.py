@@ -1,7 +1,8 @@
-"""Frozen settings records. Built in one place (the CLI) from options and DCODE_* variables;
-library code never reads argv or the environment. Also the policy that merges a user's settings
-with a model family's defaults (merge_family_defaults). Imports nothing of dcode; the options
-that set these fields are declared in dcode.options."""
+"""Frozen settings records and the repair pass's constants. A SamplerConfig is built from the
+options of dcode.options (the CLI's flags and DCODE_* variables, or a server request's settings,
+by the same names); library code never reads argv or the environment. Also the policy that
+merges a user's settings with a model family's defaults (merge_family_defaults). Imports nothing
+of dcode."""
 
 from __future__ import annotations
 
