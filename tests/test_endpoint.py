@@ -570,6 +570,19 @@ def test_bad_options_are_usage_errors(args: list[str], line: str) -> None:
     assert (done.exit_code, done.stderr) == (2, f"dcode: error: {line}\n")
 
 
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"DCODE_LENGTH": "0"}, "DCODE_LENGTH must be at least 1 token"),
+        ({"DCODE_TIMEOUT": "0"}, "DCODE_TIMEOUT must be more than 0 seconds"),
+        ({"DCODE_STREAM_MODE": "both"}, "unknown DCODE_STREAM_MODE 'both' (choose from auto, replace, append, dcode)"),
+    ],
+)
+def test_a_bad_value_from_a_variable_names_the_variable(env: dict[str, str], line: str) -> None:
+    done = dcode("new", "x", "--model", "m", "--endpoint", "http://127.0.0.1:9/v1", env=env)
+    assert (done.exit_code, done.stderr) == (2, f"dcode: error: {line}\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Keys, and nothing sent unless --endpoint is given
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from dcode.cli.app import RUNTIME, USAGE, fail, interrupted
+from dcode.cli.app import RUNTIME, USAGE, fail, interrupted, option_named
 from dcode.cli.loading import explicit_sampler_fields, load_model, sampler_config, with_family_defaults
 from dcode.cli.stdio import view_mode
 from dcode.events import Edited, Finished, Repaired
@@ -99,9 +99,10 @@ def endpoint_filler(ctx: typer.Context, chosen: Mapping[str, Any]) -> EndpointFi
 
     config = sampler_config(chosen)
     if chosen["stream_mode"] not in STREAM_MODES:
-        fail(f"unknown --stream-mode {chosen['stream_mode']!r} (choose from {', '.join(STREAM_MODES)})", USAGE)
+        named = option_named(ctx, "stream_mode", "--stream-mode")
+        fail(f"unknown {named} {chosen['stream_mode']!r} (choose from {', '.join(STREAM_MODES)})", USAGE)
     if not chosen["timeout"] > 0:
-        fail("--timeout must be more than 0 seconds", USAGE)
+        fail(f"{option_named(ctx, 'timeout', '--timeout')} must be more than 0 seconds", USAGE)
     try:
         endpoint = Endpoint.parse(chosen["endpoint"], model=chosen.get("model") or None, timeout=chosen["timeout"])
     except RemoteError as error:
