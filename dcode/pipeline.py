@@ -111,7 +111,6 @@ def edit_layout(
     """Lay out an edit's canvas. The whole file goes on it when it fits; otherwise a window of the
     nearest whole lines (dcode.window), so a file of any size can be edited a region at a time."""
     from dcode.edit import describe
-    from dcode.repair import tokenize
 
     a, b = region
     facts = model.facts
