@@ -40,6 +40,15 @@ RETRY_TEMPERATURE = 1.2
 # server's text as it streams back), so its later tries use this one.
 LEFT_TO_RIGHT_RETRY_TEMPERATURE = 0.8
 
+
+def retried(temperature: float, seed: int, attempt: int, left_to_right: bool) -> tuple[float, int]:
+    """(temperature, seed) of a repair round's try number `attempt` (2 on): sampled at least as hot
+    as the retry temperature for how the fill is written, with its own seed; for every filler.
+    Example: retried(0.0, 7, 2, False) -> (1.2, 8); retried(1.5, 0, 3, True) -> (1.5, 2)."""
+    least = LEFT_TO_RIGHT_RETRY_TEMPERATURE if left_to_right else RETRY_TEMPERATURE
+    return max(temperature, least), seed + attempt - 1
+
+
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
 APPROX_CACHES: tuple[str, ...] = get_args(ApproxCache)

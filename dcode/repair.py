@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE, SamplerConfig
+from dcode.config import SamplerConfig, retried
 from dcode.events import Span, Started, Step
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import denoise
@@ -225,7 +225,6 @@ def fill_text(model: Denoiser, ids: list[int], drop: set[int] | frozenset[int], 
 
 
 def retry(config: SamplerConfig, attempt: int) -> SamplerConfig:
-    """The sampler for a round's later tries: sampled (at least RETRY_TEMPERATURE, or
-    LEFT_TO_RIGHT_RETRY_TEMPERATURE for the verify rule), with its own seed."""
-    least = LEFT_TO_RIGHT_RETRY_TEMPERATURE if config.rule == "verify" else RETRY_TEMPERATURE
-    return replace(config, temperature=max(config.temperature, least), seed=config.seed + attempt - 1)
+    """The sampler for a round's later tries (config.retried): the verify rule writes left to right."""
+    temperature, seed = retried(config.temperature, config.seed, attempt, config.rule == "verify")
+    return replace(config, temperature=temperature, seed=seed)

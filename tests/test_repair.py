@@ -78,7 +78,8 @@ def test_a_round_tries_again_with_the_next_seed_until_a_result_is_kept(tokenizer
 
 
 def test_retries_sample_with_their_own_seed() -> None:
-    from dcode.repair import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE, retry
+    from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE
+    from dcode.repair import retry
 
     greedy = SamplerConfig(seed=7)
     assert retry(greedy, 2) == SamplerConfig(seed=8, temperature=RETRY_TEMPERATURE)

@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE
+from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit
 from dcode.filler import Draft, Fills, Plan
 from dcode.remote import fill
@@ -142,9 +142,9 @@ class EndpointFiller:
         assert isinstance(plan, BytePlan)
         attempt = round_attempt[1]
         run = self.sampling
-        if attempt > 1:  # greedy again would repeat the try that was not kept
-            hotter = max(run.temperature, LEFT_TO_RIGHT_RETRY_TEMPERATURE)
-            run = replace(run, temperature=hotter, seed=run.seed + attempt - 1)
+        if attempt > 1:  # greedy again would repeat the try that was not kept; a server writes left to right
+            temperature, seed = retried(run.temperature, run.seed, attempt, left_to_right=True)
+            run = replace(run, temperature=temperature, seed=seed)
         self.clock.round += 1
         data = plan.text.encode()
         texts, chunks, tokens, asked = [], 0, 0, 0
