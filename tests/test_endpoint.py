@@ -966,3 +966,30 @@ def test_version_prints_the_name_and_the_version() -> None:
 
     done = dcode("--version")
     assert (done.exit_code, done.stdout) == (0, f"dcode {version('dcode')}\n")
+
+
+def test_a_repair_try_through_an_endpoint_samples_as_a_local_left_to_right_try(replay: Any, tmp_path: Path) -> None:
+    """The second try of a round is sampled (config.retried, left to right) with its own seed."""
+    from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE
+
+    answers = iter(["    return w * h +", "    return w * h + 1"])
+    server = replay(lambda seen: Reply(chunks=sse_chunks([text_chunk(next(answers))])))
+    path = tmp_path / "area.py"
+    path.write_text(BROKEN)
+    args = (
+        "repair",
+        str(path),
+        "--endpoint",
+        server.url,
+        "--model",
+        "m",
+        "--repair-rounds",
+        "1",
+        "--repair-tries",
+        "2",
+    )
+    done = dcode(*args, "--seed", "5", "-q")
+    assert done.exit_code == 0 and path.read_text() == BROKEN.replace(BROKEN_LINE, "    return w * h + 1"), done.stderr
+    first, second = (p.body for p in server.posts)
+    assert (first["temperature"], first["seed"]) == (0.0, 5)
+    assert (second["temperature"], second["seed"]) == (LEFT_TO_RIGHT_RETRY_TEMPERATURE, 6)
