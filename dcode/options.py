@@ -224,12 +224,14 @@ LANG = Option(
 )
 JSON = Option("as_json", "--json", "DCODE_JSON", "Print the result and its metadata as JSON.", bool, False)
 OUTPUT: tuple[Option, ...] = (OUTPUT_OPTION, FORCE, LANG, JSON)
+DIFF = Option("diff", "--diff", None, "Print a unified diff; write nothing.", bool, False)  # edit and repair
 
 # Each generating command's options after its own parameters, in the order `--help` lists them.
 NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
-EDIT: tuple[Option, ...] = (EDIT_LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
+EDIT: tuple[Option, ...] = (EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
 # `dcode repair` runs at least one round, and tries harder than a draft's repair: the file is the user's.
 REPAIR_FILE: tuple[Option, ...] = (
+    DIFF,
     *OUTPUT,
     *MODEL,
     *ENDPOINT,
@@ -239,7 +241,7 @@ REPAIR_FILE: tuple[Option, ...] = (
     *VIEW,
 )
 
-ALL: tuple[Option, ...] = (*MODEL, *ENDPOINT, *OUTPUT, LENGTH, EDIT_LENGTH, *SAMPLER, *REPAIR, *VIEW)
+ALL: tuple[Option, ...] = (*MODEL, *ENDPOINT, *OUTPUT, DIFF, LENGTH, EDIT_LENGTH, *SAMPLER, *REPAIR, *VIEW)
 BY_NAME: dict[str, Option] = {option.name: option for option in ALL if option is not EDIT_LENGTH}
 
 

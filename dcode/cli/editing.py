@@ -30,7 +30,6 @@ def edit_command(
     symbol: Annotated[
         str | None, typer.Option("--symbol", help="Rewrite only this function, method or class (Class.method).")
     ] = None,
-    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the diff and say that nothing was written.")
     ] = False,
@@ -44,6 +43,7 @@ def edit_command(
     # 1) validate everything that needs no model, so bad input costs nothing and touches no file
     if lines is not None and symbol is not None:
         fail("--lines and --symbol cannot be used together", USAGE)
+    diff = chosen["diff"]
     writes = not (diff or dry_run)
     source, language = read_checkable(file, chosen["lang"])
     output = chosen["output"]

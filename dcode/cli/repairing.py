@@ -22,7 +22,6 @@ from dcode.options import REPAIR_FILE
 def repair_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to repair in place.")],
-    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     **chosen: Any,
 ) -> None:
     """Regenerate the spans of FILE that do not parse. Exit 0 fixed, 3 errors remain."""
@@ -33,6 +32,7 @@ def repair_command(
     source, language = read_checkable(file, chosen["lang"])
     if not source.strip():
         fail(f"{file} is empty: nothing to repair", USAGE)
+    diff = chosen["diff"]
     target, to_stdout = (None, False) if diff else result_target(file, chosen["output"], chosen["force"])
 
     # 2) repair, with the live view showing the whole file
