@@ -204,7 +204,7 @@ OUTPUT_OPTION = Option(
     "output",
     "--output",
     None,
-    "Write the result to this file, atomically ('-': stdout); an edited FILE is then left as it is.",
+    "Write the result to this file, atomically ('-': stdout); edit and repair then leave FILE as it is.",
     str,
     None,
     optional=True,
