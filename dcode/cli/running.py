@@ -44,11 +44,11 @@ def run_flow(
     from dcode.filler import FillError
     from dcode.flows import InputError
 
-    filler = endpoint_filler(ctx, chosen) if chosen.get("endpoint") else model_filler(ctx, chosen)
     view = view_mode(chosen["quiet"], chosen["live"])
     try:
         from dcode import tui
 
+        filler = endpoint_filler(ctx, chosen) if chosen.get("endpoint") else model_filler(ctx, chosen)
         last = tui.run_live(
             lambda: flow(filler), describer(filler, language), view=view, exit_when_done=chosen["exit_when_done"]
         )
