@@ -169,7 +169,7 @@ def unechoed(text: str, after: str) -> str | None:
     the first lines of `after` (a server that echoes `suffix`) loses them; a fill that still holds
     the first lines of `after` (two, or one of at least ECHO_LINE characters) repeats that code,
     and is refused (None). Lines are compared without their indentation and line endings.
-    Example: unechoed("    x = 2\nmain()\n", "main()\n") -> "    x = 2\n"."""
+    Example: unechoed("    x = 2\\nmain()\\n", "main()\\n") -> "    x = 2\\n"."""
     want = [line.strip() for line in after.splitlines() if line.strip()]
     if not want:
         return text

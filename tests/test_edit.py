@@ -834,3 +834,21 @@ class TestCommand:
         assert result.stdout == "" or result.stdout.startswith("--- a/app.py\n+++ b/app.py\n@@ -")
         assert re.search(r"tok/s, dcode-tiny(\n|; repair: )", result.stderr), result.stderr  # repair may run
         assert self.files(workdir) == ["app.py"] and (workdir / "app.py").read_bytes() == SOURCE.encode()
+
+
+@pytest.mark.parametrize(
+    ("fill", "after", "kept"),
+    [
+        ("    x = 2\nmain()\n", "main()\n", "    x = 2\n"),  # the echo at the end is cut
+        ("    x = 2\n\n\nif a:\n    main()\n", "\n\nif a:\n    main()\n", "    x = 2\n\n\n"),  # all of it
+        ("    x = 2\n\n\nif a:\n", "\n\nif a:\n    main()\n", "    x = 2\n\n\n"),  # its first lines
+        ("    x = 2\n}\n", "}\n", "    x = 2\n"),  # a closing brace the region is followed by
+        ("  return 1;\n}\n", "\nint g() {}\n", "  return 1;\n}\n"),  # nothing of `after`: kept as is
+        ("if a:\n    main()\nx = 2\n", "if a:\n    main()\n", None),  # repeated, then more: refused
+        ("print('the same long line')\nx = 1\n", "print('the same long line')\n", None),
+        ("pass\nx = 1\n", "pass\n", "pass\nx = 1\n"),  # one short line is no evidence of a repeat
+        ("anything\n", "", "anything\n"),  # a region at the end of the file
+    ],
+)
+def test_an_echo_of_the_text_after_the_region(fill: str, after: str, kept: str | None) -> None:
+    assert spans.unechoed(fill, after) == kept
