@@ -993,3 +993,14 @@ def test_a_repair_try_through_an_endpoint_samples_as_a_local_left_to_right_try(r
     first, second = (p.body for p in server.posts)
     assert (first["temperature"], first["seed"]) == (0.0, 5)
     assert (second["temperature"], second["seed"]) == (LEFT_TO_RIGHT_RETRY_TEMPERATURE, 6)
+
+
+def test_the_key_sent_is_not_the_key_a_server_requires(replay: Any) -> None:
+    """`--endpoint-key` / DCODE_ENDPOINT_KEY is sent; `--api-key` (dcode serve's) is no option of new."""
+    server = replay(sglang)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "--api-key", KEY)
+    assert done.exit_code == 2 and "--api-key" in done.stderr and server.posts == []
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "--endpoint-key", KEY, "-q")
+    assert done.exit_code == 0 and server.posts[0].headers["authorization"] == f"Bearer {KEY}"
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q", env={"DCODE_API_KEY": "sk-serve"})
+    assert done.exit_code == 0 and "authorization" not in server.posts[1].headers
