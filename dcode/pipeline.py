@@ -264,9 +264,12 @@ def new(
     config: SamplerConfig,
     repair_rounds: int = 3,
     repair_tries: int = REPAIR_TRIES,
+    prompt: list[int] | None = None,
 ) -> Iterator[Event]:
-    """dcode.flows.new with the local sampler: Started, steps, the repair pass's tries, Finished."""
-    return flows.new(ModelFiller(model, config), request, language, length, repair_rounds, repair_tries)
+    """dcode.flows.new with the local sampler: Started, steps, the repair pass's tries, Finished.
+    `prompt`: the templated prompt's ids when the caller built them (a served conversation), else
+    prompt_ids of the request."""
+    return flows.new(ModelFiller(model, config, prompt), request, language, length, repair_rounds, repair_tries)
 
 
 def edit(
