@@ -1,10 +1,11 @@
 """The event stream as types: what `new`, `edit` and `repair` yield, and the one way to drain it.
 
-A run is one stream: `Started` (a sampler run begins: the draft, or one try of a repair round), a
-`Step` per forward pass, a `RepairRound` after each repair try, and a result record at the end
-(`Finished` for new, `Edited` for edit, `Repaired` for repair). The CLI, the live view
-(dcode.render.Describer), the benchmarks and the server all consume it, matching on these types,
-and "just the result" is `drain(stream)`.
+A run is one stream, whichever filler fills its masks (dcode.filler: the local sampler or an
+endpoint): `Started` (a fill begins: the draft, or one try of a repair round), a `Step` per
+forward pass of the local sampler or a `Drawn` frame per chunk a server streams, a `RepairRound`
+after each repair try, and a result record at the end (`Finished` for new, `Edited` for edit,
+`Repaired` for repair). The CLI, the live view (dcode.render.Describer), the benchmarks and the
+server all consume it, matching on these types, and "just the result" is `drain(stream)`.
 
 Imports nothing heavy (torch only for type checking): a Step's tensors are read by its consumers.
 Every event but Step holds only numbers, strings, bools, tuples and other events, so
@@ -15,8 +16,8 @@ terminal.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 if TYPE_CHECKING:
     import torch
@@ -24,8 +25,44 @@ if TYPE_CHECKING:
     from dcode.syntax import Issue
 
 
+# What one forward of a filler is: a pass of the local sampler (or of a dcode server, which reports
+# its passes), or a streamed chunk of a plain server, which has no passes to report.
+Unit = Literal["pass", "chunk"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What one frame of the live view shows. Positions are offsets into the answer region."""
+
+    pieces: tuple[str | None, ...]  # per answer position: its decoded text, None while masked
+    committed: frozenset[int]  # positions filled by the latest pass
+    remasked: frozenset[int]  # positions the repair pass masked again (drawn apart while masked)
+    model: str
+    device: str
+    forward: int  # forward passes so far ("pass n"), or chunks through a plain server
+    masked: int  # masked positions left
+    filled: int  # tokens filled so far, for tok/pass and tok/s
+    elapsed: float  # seconds of sampling so far
+    language: str = "python"  # for syntax highlighting once settled
+    settled: bool = False  # the answer is final: highlight it as code
+    repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th filling (a round's tries each count)
+    unit: Unit = "pass"  # what `forward` counts
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.filled / self.forward if self.forward else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.filled / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def code(self) -> str:
+        return "".join(piece or "" for piece in self.pieces)
+
+
 def rates(tokens: int, forward: int, seconds: float) -> dict[str, object]:
-    """The speed keys of a result's `--json` (local or through an endpoint, where a pass is a chunk).
+    """The speed keys of a result's `--json` (local or through an endpoint, where a pass may be a chunk).
     Example: rates(64, 16, 2.0) -> {"forward_passes": 16, "tokens_per_forward": 4.0, "seconds": 2.0,
     "tokens_per_second": 32.0}."""
     return {
@@ -78,12 +115,20 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Drawn:
+    """One chunk a server streamed, as the live view draws it: what an endpoint yields instead of
+    Steps (a server sends text, or a dcode server its own frames, never token ids)."""
+
+    frame: Frame
+
+
+@dataclass(frozen=True)
 class Span:
     """One stretch of text a repair round re-masked."""
 
-    start_byte: int  # [start_byte, end_byte) in the round's input text, snapped to whole tokens
+    start_byte: int  # [start_byte, end_byte) in the round's input text (locally snapped to whole tokens)
     end_byte: int
-    tokens: tuple[int, int]  # [first, end) token indices of that text re-masked for this span
+    tokens: tuple[int, int]  # [first, end) token indices of that text re-masked ((0, 0) through an endpoint)
     reason: str  # the issue(s) and how far the round widened them
 
 
@@ -95,9 +140,9 @@ class RepairRound:
     attempt: int  # 1-based try within the round: the same spans, refilled with another seed
     issues: tuple[Issue, ...]  # what the round addressed (kind, line, message, span)
     spans: tuple[Span, ...]  # what it re-masked, merged, in text order
-    tokens: int  # tokens re-masked
-    masks: int  # masks placed: the re-masked tokens plus room for a longer fix
-    forward: int  # forward passes this round
+    tokens: int  # tokens re-masked (through an endpoint: tokens the server wrote)
+    masks: int  # masks placed: the re-masked tokens plus room for a longer fix (an endpoint: max tokens asked)
+    forward: int  # forward passes this round (chunks, through a plain server)
     issues_after: int  # issues in the round's result
     kept: bool  # the result had fewer issues than the best so far and replaced it
     restored: int  # lines of the result put back as they were, since the fix did not need them
@@ -105,7 +150,7 @@ class RepairRound:
 
 @dataclass(frozen=True)
 class Repaired:
-    """The repair pass's result: the last event of repair(), and part of Finished and Edited."""
+    """The repair pass's result: the last event of dcode.flows.repair, and part of Finished and Edited."""
 
     code: str  # the best text seen: never more issues than the input
     issues_before: int
@@ -118,6 +163,7 @@ class Repaired:
     forward: int  # extra forward passes, over all rounds
     seconds: float
     note: str = ""  # why repair stopped early or did not run ("" when it simply finished)
+    unit: Unit = "pass"  # what `forward` counts
 
     def metadata(self) -> dict[str, object]:
         """What `--json` reports about the repair pass."""
@@ -137,7 +183,7 @@ class Repaired:
 
 @dataclass(frozen=True)
 class Finished:
-    """The result of `new`: the last event of pipeline.new."""
+    """The result of `new`: the last event of dcode.flows.new."""
 
     code: str  # the answer, trailing end/pad tokens removed, repaired if repair ran
     prompt_tokens: int
@@ -147,10 +193,8 @@ class Finished:
     seconds: float  # sampling wall time of the draft
     repair: Repaired | None = None  # what the repair pass did (None: off or nothing to check)
     draft: str = ""  # the answer as sampled, before repair (code when repair changed nothing)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.forward if self.forward else 0.0
+    unit: Unit = "pass"  # what `forward` counts
+    extra: dict[str, object] = field(default_factory=dict)  # the filler's own --json keys (a stream's kind)
 
     @property
     def syntax_errors(self) -> int | None:
@@ -164,6 +208,7 @@ class Finished:
             "tokens": self.tokens,
             "canvas": self.canvas,
             **rates(self.tokens, self.forward, self.seconds),
+            **self.extra,
         }
         if self.repair is not None:
             out["repair"] = self.repair.metadata()
@@ -172,14 +217,14 @@ class Finished:
 
 @dataclass(frozen=True)
 class Edited:
-    """The result of `edit`: the last event of pipeline.edit."""
+    """The result of `edit`: the last event of dcode.flows.edit."""
 
     code: str  # the new file: the source with the region rewritten (and repaired, if that was kept)
     region: tuple[int, int]  # the byte span of the source that was rewritten
     new_region: tuple[int, int]  # the byte span of its replacement in code
     prompt_tokens: int
-    context_tokens: int  # tokens of the unchanged text around the region, on the canvas
-    region_tokens: int  # tokens of the region before the edit
+    context_tokens: int | None  # tokens of the unchanged text around the region, on the canvas (None: a server's)
+    region_tokens: int | None  # tokens of the region before the edit (None: a server's)
     tokens: int  # tokens the draft kept for the region (end and pad tokens dropped)
     canvas: int  # masks the sampler filled: the region's budget
     forward: int  # forward passes of the draft
@@ -188,11 +233,8 @@ class Edited:
     errors_after: int | None  # syntax issues left in code
     repair: Repaired | None = None  # what the repair pass did (None: not needed, or off)
     repair_used: bool = False  # its result is in code (it is dropped if it touched text outside the region)
-    window: dict[str, object] | None = None  # what of the file the canvas held (window.Window.metadata)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.forward if self.forward else 0.0
+    unit: Unit = "pass"  # what `forward` counts
+    extra: dict[str, object] = field(default_factory=dict)  # the filler's own --json keys (the window, a stream's kind)
 
     @property
     def broke(self) -> bool:
@@ -211,16 +253,15 @@ class Edited:
             **rates(self.tokens, self.forward, self.seconds),
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
+            **self.extra,
         }
-        if self.window is not None:
-            out["window"] = self.window
         if self.repair is not None:
             out["repair"] = {**self.repair.metadata(), "used": self.repair_used}
         return out
 
 
 Result = Finished | Edited | Repaired  # what a stream ends with
-Event = Started | Step | RepairRound | Result  # anything a stream yields
+Event = Started | Step | Drawn | RepairRound | Result  # anything a stream yields
 
 E = TypeVar("E")
 R = TypeVar("R")
@@ -239,7 +280,7 @@ def drain(events: Iterable[Any], each: Callable[[Any], object] | None = None, *,
     `each(event)` sees every event first, in order (a view draws it, a benchmark counts it); an
     exception from it stops the stream. A generator is closed here, so its cleanup runs in the
     draining thread. With `result`, the last event must be one (TypeError otherwise).
-    Example: drain(pipeline.new(model, "add two numbers", "python", 64, config), result=Finished)."""
+    Example: drain(flows.new(ModelFiller(model, config), "add two numbers", "python", 64), result=Finished)."""
     last = None
     try:
         for last in events:

@@ -81,7 +81,7 @@ class ExactCache:
         return torch.cat([carried, out[:, s - cached : reach - cached - 1]], dim=1), fed
 
 
-class WindowCache:
+class ApproxWindow:
     """Fast-dLLM's approximate cache (full attention): a block's first pass runs the whole canvas
     and caches every position outside the window (the block; "prefix": the block and all after
     it); later passes feed the window alone, reading every other position from that first pass."""
@@ -140,5 +140,5 @@ def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator)
         windowed = cast(WindowDenoiser, model)
         window_cache = windowed.new_window_cache()
         if window_cache is not None:
-            return WindowCache(windowed, window_cache, dual=config.approx_cache == "dual")
+            return ApproxWindow(windowed, window_cache, dual=config.approx_cache == "dual")
     return FullCanvas(model)

@@ -2,23 +2,24 @@
 default and type. Imports neither torch nor typer.
 
 The CLI builds the Typer options of `new`, `edit` and `repair` from these records
-(dcode.cli.options.with_options), the README's option table is checked against them
-(tests/test_cli.py), and a server reads a request's sampler settings by the same names
-(`sampler_settings`, then config.merge_family_defaults with `fields_set_by(the names given)`).
-A sampler option's default is SamplerConfig's own, so it is written in one place only:
-dcode.config.
+(dcode.cli.options.with_options; NEW, EDIT and REPAIR_FILE are each command's whole list), the
+README's option table is checked against them (tests/test_cli.py), and a server reads a request's
+sampler settings by the same names (`sampler_settings`, then config.merge_family_defaults with
+`fields_set_by(the names given)`). A sampler option's default is SamplerConfig's own, so it is
+written in one place only: dcode.config.
 
 Groups: SAMPLER (the SamplerConfig fields a user sets), REPAIR (the repair pass), MODEL (which
-model, on which device) and VIEW (progress on the terminal).
+model, on which device), ENDPOINT (a served model instead: where, the key sent to it, how to read
+its stream), OUTPUT (where the result goes and in what form) and VIEW (progress on the terminal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from dcode.config import APPROX_CACHES, ORDERINGS, REPAIR_TRIES, RULES, SamplerConfig
+from dcode.config import APPROX_CACHES, ORDERINGS, REPAIR_FILE_TRIES, REPAIR_TRIES, RULES, SamplerConfig
 
 _SAMPLER_DEFAULTS = {f.name: f.default for f in fields(SamplerConfig)}
 
@@ -29,7 +30,7 @@ class Option:
 
     name: str  # the command's parameter name, and the key a server request uses
     flag: str  # "--seed", or "--cache/--no-cache" for a switch
-    env: str  # the DCODE_* variable that sets it
+    env: str | None  # the DCODE_* variable that sets it (None: a flag only, as -o and --force)
     help: str
     type: type  # int, float, str or bool
     default: Any  # a SamplerConfig field's default for sampler options
@@ -38,6 +39,12 @@ class Option:
     min: int | None = None  # smallest value accepted (checked by the command line)
     short: str | None = None  # a one-letter alias ("-q")
     shown: str | None = None  # the default as the README shows it, where str(default) would not do
+    row: str | None = None  # the README row's option cell, where two options share a flag ("`--length` (edit)")
+
+    @property
+    def cell(self) -> str:
+        """The option cell of its README row. Example: "`-q, --quiet`"."""
+        return self.row or (f"`{self.short}, {self.flag}`" if self.short else f"`{self.flag}`")
 
     @property
     def shown_default(self) -> str:
@@ -139,8 +146,103 @@ EXIT_WHEN_DONE_OPTION = Option(
 QUIET_OPTION = Option("quiet", "--quiet", "DCODE_QUIET", "No progress or summary.", bool, False, short="-q")
 VIEW: tuple[Option, ...] = (LIVE_OPTION, EXIT_WHEN_DONE_OPTION, QUIET_OPTION)
 
-ALL: tuple[Option, ...] = (*MODEL, *SAMPLER, *REPAIR, *VIEW)
-BY_NAME: dict[str, Option] = {option.name: option for option in ALL}
+ENDPOINT_OPTION = Option(
+    "endpoint",
+    "--endpoint",
+    "DCODE_ENDPOINT",
+    "An OpenAI-compatible server (http://host:8000/v1) to generate with instead of a local model; "
+    "--model then names the served model.",
+    str,
+    None,
+    optional=True,
+    shown="none: the local model",
+)
+# The key dcode *sends* to --endpoint. `dcode serve --api-key` is another thing: the key a server
+# *requires*; the two have different names so that one shell can set both.
+ENDPOINT_KEY = Option(
+    "endpoint_key",
+    "--endpoint-key",
+    "DCODE_ENDPOINT_KEY",
+    "Bearer key sent to --endpoint (else INCEPTION_API_KEY for api.inceptionlabs.ai, else OPENAI_API_KEY).",
+    str,
+    None,
+    optional=True,
+    shown="INCEPTION_API_KEY / OPENAI_API_KEY",
+)
+STREAM_MODE = Option(
+    "stream_mode",
+    "--stream-mode",
+    "DCODE_STREAM_MODE",
+    "How to read --endpoint's stream: auto, replace (whole texts), append (deltas) or dcode (frames).",
+    str,
+    "auto",
+)
+TIMEOUT = Option(
+    "timeout",
+    "--timeout",
+    "DCODE_TIMEOUT",
+    "--endpoint: seconds to connect, and the longest wait between chunks.",
+    float,
+    60.0,
+)
+ENDPOINT: tuple[Option, ...] = (ENDPOINT_OPTION, ENDPOINT_KEY, STREAM_MODE, TIMEOUT)
+
+DEFAULT_LENGTH = 256  # answer tokens of `dcode new` when neither --length nor DCODE_LENGTH is given
+LENGTH = Option("length", "--length", "DCODE_LENGTH", "Answer canvas in tokens.", int, DEFAULT_LENGTH)
+EDIT_LENGTH = Option(
+    "length",
+    "--length",
+    "DCODE_EDIT_LENGTH",
+    "Masks for the region (default: its tokens + 50%, >= 16).",
+    int,
+    None,
+    optional=True,
+    shown="the region's tokens + 50%",
+    row="`--length` (edit)",
+)
+OUTPUT_OPTION = Option(
+    "output",
+    "--output",
+    None,
+    "Write the result to this file, atomically ('-': stdout); edit and repair then leave FILE as it is.",
+    str,
+    None,
+    optional=True,
+    short="-o",
+    shown="stdout",
+)
+FORCE = Option("force", "--force", None, "Overwrite an existing --output file.", bool, False)
+LANG = Option(
+    "lang",
+    "--lang",
+    "DCODE_LANG",
+    "Language (default: from the file's name, the -o suffix, else python).",
+    str,
+    None,
+    optional=True,
+    shown="the file's, else python",
+)
+JSON = Option("as_json", "--json", "DCODE_JSON", "Print the result and its metadata as JSON.", bool, False)
+OUTPUT: tuple[Option, ...] = (OUTPUT_OPTION, FORCE, LANG, JSON)
+DIFF = Option("diff", "--diff", None, "Print a unified diff; write nothing.", bool, False)  # edit and repair
+
+# Each generating command's options after its own parameters, in the order `--help` lists them.
+NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
+EDIT: tuple[Option, ...] = (EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
+# `dcode repair` runs at least one round, and tries harder than a draft's repair: the file is the user's.
+REPAIR_FILE: tuple[Option, ...] = (
+    DIFF,
+    *OUTPUT,
+    *MODEL,
+    *ENDPOINT,
+    *(o for o in SAMPLER if o.name in ("temperature", "seed")),
+    replace(REPAIR_ROUNDS, min=1),
+    replace(REPAIR_TRIES_OPTION, default=REPAIR_FILE_TRIES),
+    *VIEW,
+)
+
+ALL: tuple[Option, ...] = (*MODEL, *ENDPOINT, *OUTPUT, DIFF, LENGTH, EDIT_LENGTH, *SAMPLER, *REPAIR, *VIEW)
+BY_NAME: dict[str, Option] = {option.name: option for option in ALL if option is not EDIT_LENGTH}
 
 
 def fields_set_by(names: Iterable[str]) -> set[str]:

@@ -1,34 +1,36 @@
-"""`new`, `edit` and `repair_file` as streams of dcode.events: Started, the sampler's Steps, the
-repair pass's rounds, then a Finished, Edited or Repaired record.
+"""The local filler: a diffusion model and the one sampler (dcode.sampler.denoise) filling masks on
+a token canvas, for the flows of dcode.flows (new, edit, repair), plus those flows over a local
+model in one call (`new`, `edit`, `repair_file`, `repair`).
 
-Owns: turning a request into a canvas (prompt template, chat template, masks), decoding the
-answer, and the counters a report needs. Knows nothing about argv, the environment or the
-terminal; consumers (CLI, live view, benchmarks) iterate the same stream.
+Owns: turning a request into a canvas (prompt template, chat template, masks), an edit's canvas
+(the region's masks between the context a window keeps), a repair round's re-masked canvases
+(dcode.repair), decoding what the sampler wrote, and the counters a report needs. Knows nothing
+about argv, the environment or the terminal.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import resources
 
 import torch
 
+from dcode import flows
 from dcode.config import REPAIR_TRIES, SamplerConfig
-from dcode.events import Edited, Finished, Repaired, RepairRound, Started, Step
-from dcode.linediff import newline_of
+from dcode.events import Event, Finished, Span, Started, Step, Unit
+from dcode.filler import Draft, Fills, Plan
+from dcode.flows import InputError, check_room
 from dcode.models.base import Denoiser
-from dcode.repair import repair
+from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
 from dcode.sampler import denoise, trim_answer
-from dcode.spans import fit_region
-from dcode.syntax import normalize_language
+from dcode.spans import Origin
+from dcode.syntax import Issue, normalize_language
 from dcode.window import Window, choose, narrower
 
-
-class InputError(ValueError):
-    """A request the model cannot serve (too long, empty): a usage error, reported in one line."""
+__all__ = ["InputError", "ModelFiller", "check_room", "edit", "new", "repair", "repair_file"]
 
 
 def template(name: str) -> str:
@@ -69,111 +71,15 @@ def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
     check_room(prompt_tokens, length, model.facts.max_length)
 
 
-def check_room(prompt_tokens: int, length: int, limit: int) -> None:
-    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens."""
-    if length < 1:
-        raise InputError("--length must be at least 1 token")
-    if prompt_tokens + length > limit:
-        raise InputError(
-            f"--length {length} plus the {prompt_tokens}-token prompt exceeds the model's "
-            f"context of {limit} tokens (at most {max(0, limit - prompt_tokens)} fit)"
-        )
-
-
-def new(
-    model: Denoiser,
-    request: str,
-    language: str,
-    length: int,
-    config: SamplerConfig,
-    repair_rounds: int = 3,
-    repair_tries: int = REPAIR_TRIES,
-    prompt: list[int] | None = None,
-) -> Iterator[Started | Step | RepairRound | Finished]:
-    """Generate a whole file for `request`: the draft's Started and steps, the repair pass's tries
-    (Started, steps, RepairRound; syntax is checked even with 0 rounds), then Finished. `prompt`:
-    the templated prompt's ids when the caller built them (a served conversation), else prompt_ids."""
-    if not request.strip():
-        raise InputError("the prompt is empty")
-    ids = prompt if prompt is not None else prompt_ids(model, request, language)
-    check_length(model, len(ids), length)
-    canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
-    fill = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
-    yield Started((len(ids), len(canvas)), ((len(ids), len(canvas)),))
-    began = time.perf_counter()
-    last: Step | None = None
-    for last in denoise(model, canvas, len(ids), config, fill=fill):
-        yield last
-    assert last is not None
-    text, kept = answer_text(model, last.canvas, len(ids))
-    code = text.strip("\n") + "\n" if text.strip() else ""
-    seconds = time.perf_counter() - began
-    repaired: Repaired | None = None
-    for event in repair(model, ids, code, language, config, repair_rounds, repair_tries, origin="draft"):
-        if isinstance(event, Repaired):
-            repaired = event
-        else:
-            yield event
-    final = repaired.code if repaired is not None else code
-    if final.strip() and not final.endswith("\n"):
-        final += "\n"  # a new file ends with a line break, whatever the repair spliced at its end
-    yield Finished(
-        code=final,
-        prompt_tokens=len(ids),
-        tokens=kept,
-        canvas=length,
-        forward=last.forward,
-        seconds=seconds,
-        repair=repaired if repaired is not None and not repaired.note.startswith("not checked") else None,
-        draft=code,
-    )
-
-
-def repair_file(
-    model: Denoiser,
-    source: str,
-    language: str,
-    name: str,
-    config: SamplerConfig,
-    rounds: int,
-    tries: int = REPAIR_TRIES,
-) -> Iterator[Started | Step | RepairRound | Repaired]:
-    """Repair an existing file: the request names the file; repair's tries, then Repaired. A file
-    longer than the model's context is repaired span by span, each in its own window."""
-    ids = prompt_ids(model, f"the {language} file {name}", language)
-    yield from repair(model, ids, source, language, config, rounds=rounds, tries=tries)
-
-
-def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
-    return json.dumps({"code": finished.code, **extra, **finished.metadata()}, indent=2)
-
-
-# ---------------------------------------------------------------------------------------------
-# edit: regenerate one region of an existing file, conditioned on an instruction and the code
-# around it. Every byte outside the region is copied as is.
-
-
 def edit_budget(region_tokens: int) -> int:
     """Masks for a region of n tokens: n plus max(16, 50%) of room, so an edit may add lines.
     Example: edit_budget(10) -> 26; edit_budget(100) -> 150."""
     return region_tokens + max(16, -(-region_tokens // 2))
 
 
-def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:
-    """(syntax issues in code, whether one touches the byte span), or None for a language dcode
-    cannot check."""
-    from dcode.syntax import UnknownLanguage, find_issues
-
-    try:
-        found = find_issues(code, language)
-    except (UnknownLanguage, ImportError):
-        return None
-    return len(found), any(i.start_byte <= span[1] and i.end_byte >= span[0] for i in found)
-
-
 @dataclass(frozen=True)
-class EditCanvas:
-    """The canvas of an edit: prompt, the context the window keeps before the region, the
+class EditLayout:
+    """An edit's canvas, laid out: prompt, the context the window keeps before the region, the
     region's masks, the context after it."""
 
     ids: list[int]
@@ -199,13 +105,12 @@ def region_budget(prompt: int, region: int, length: int | None, limit: int, wher
     return budget
 
 
-def edit_canvas(
+def edit_layout(
     model: Denoiser, data: bytes, region: tuple[int, int], ids: list[int], length: int | None, language: str, name: str
-) -> EditCanvas:
+) -> EditLayout:
     """Lay out an edit's canvas. The whole file goes on it when it fits; otherwise a window of the
     nearest whole lines (dcode.window), so a file of any size can be edited a region at a time."""
     from dcode.edit import describe
-    from dcode.repair import tokenize
 
     a, b = region
     facts = model.facts
@@ -232,7 +137,139 @@ def edit_canvas(
             window = narrowed
     start = len(ids) + len(head)
     canvas = ids + head + [facts.mask_id] * budget + tail
-    return EditCanvas(canvas, start, budget, len(body), len(head) + len(tail), window)
+    return EditLayout(canvas, start, budget, len(body), len(head) + len(tail), window)
+
+
+# ---------------------------------------------------------------------------------------------
+# The filler
+
+
+@dataclass(frozen=True)
+class TokenPlan:
+    """A repair round's spans snapped to whole tokens, on the canvases the sampler fills."""
+
+    spans: tuple[Span, ...]
+    prompt: list[int]  # the request's token ids, at the head of every canvas
+    refills: list[Refill]
+    ban: list[int]  # token ids a later try may not write (dcode.repair.culprits)
+
+
+@dataclass
+class ModelFiller:
+    """dcode.filler.Filler over a local model: every fill is the sampler on a canvas of tokens.
+    `prompt` (token ids) replaces the request's template when given (tests, benchmarks)."""
+
+    denoiser: Denoiser
+    config: SamplerConfig
+    prompt: list[int] | None = None
+    unit: Unit = "pass"
+    _prompts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str:
+        return self.denoiser.facts.name
+
+    @property
+    def device(self) -> str:
+        return str(self.denoiser.device.type)
+
+    def prompt_for(self, request: str, language: str) -> list[int]:
+        if self.prompt is not None:
+            return self.prompt
+        if (request, language) not in self._prompts:
+            self._prompts[request, language] = prompt_ids(self.denoiser, request, language)
+        return self._prompts[request, language]
+
+    def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
+        model = self.denoiser
+        ids = self.prompt_for(request, language)
+        check_length(model, len(ids), length)
+        canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
+        masks = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
+        yield Started((len(ids), len(canvas)), ((len(ids), len(canvas)),))
+        began = time.perf_counter()
+        last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks))
+        text, kept = answer_text(model, last.canvas, len(ids))
+        return Draft(text, len(ids), kept, length, last.forward, time.perf_counter() - began)
+
+    def region(
+        self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
+    ) -> Generator[Event, None, Draft]:
+        model, data = self.denoiser, source.encode()
+        ids = self.prompt_for(instruction, language)
+        layout = edit_layout(model, data, region, ids, length, language, name)
+        canvas = torch.tensor(layout.ids, dtype=torch.long)
+        masks = torch.zeros(len(canvas), dtype=torch.bool)
+        masks[layout.start : layout.start + layout.budget] = True
+        # the view shows the whole file; a region in the middle of the file must not end it
+        yield Started((len(ids), len(canvas)), ((layout.start, layout.start + layout.budget),))
+        began = time.perf_counter()
+        run = replace(self.config, stop_at_eos=False)
+        last = yield from sampled(denoise(model, canvas, layout.start, run, fill=masks))
+        facts = model.facts
+        drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
+        kept = [t for t in last.canvas[layout.start : layout.start + layout.budget].tolist() if t not in drop]
+        window = layout.window.metadata(data, layout.context_tokens)
+        return Draft(
+            decode(model, kept), len(ids), len(kept), layout.budget, last.forward, time.perf_counter() - began,
+            context_tokens=layout.context_tokens, region_tokens=layout.region_tokens, extra={"window": window},
+        )  # fmt: skip
+
+    def plan(
+        self, text: str, spans: Sequence[tuple[int, int, str]], request: str, language: str, blamed: Sequence[Issue]
+    ) -> TokenPlan | str:
+        facts = self.denoiser.facts
+        prompt = self.prompt_for(request, language)
+        data = text.encode()
+        ids, offsets = tokenize(self.denoiser.tokenizer, text)
+        snapped = snap(offsets, spans)
+        planned = refills(prompt, ids, offsets, data, snapped, facts) if snapped else None
+        if planned is None:
+            return "nothing to re-mask" if not snapped else f"a span needs more than {facts.max_length} tokens"
+        return TokenPlan(tuple(snapped), prompt, planned, culprits(data, ids, offsets, blamed))
+
+    def fill(self, plan: Plan, round_attempt: tuple[int, int], origin: Origin) -> Generator[Event, None, Fills]:
+        # A span in the middle of the file must not end it; and a fill should reuse the names around
+        # it, which the repetition penalty (meant for runaway loops in a whole draft) would discourage.
+        config = replace(self.config, stop_at_eos=False, repetition_penalty=1.0)
+        assert isinstance(plan, TokenPlan)
+        attempt = round_attempt[1]
+        # a try that is not kept is tried again with the next seed, sampled, as greedy refills of
+        # the same masks would repeat themselves; later tries may not write what the checker blamed
+        run = config if attempt == 1 and not replays(self.denoiser.facts, origin) else retry(config, attempt)
+        ban = plan.ban if attempt > 1 else ()
+        texts, forward = yield from fill(self.denoiser, plan.prompt, plan.refills, run, ban, round_attempt)
+        tokens = sum(b - a for a, b in (s.tokens for s in plan.spans))
+        return Fills(texts, forward, tokens, sum(b - a for c in plan.refills for a, b in c.regions))
+
+
+def sampled(steps: Iterator[Step]) -> Generator[Step, None, Step]:
+    """Pass the sampler's steps on and return the last."""
+    last: Step | None = None
+    for last in steps:
+        yield last
+    assert last is not None
+    return last
+
+
+# ---------------------------------------------------------------------------------------------
+# The flows over a local model, in one call
+
+
+def new(
+    model: Denoiser,
+    request: str,
+    language: str,
+    length: int,
+    config: SamplerConfig,
+    repair_rounds: int = 3,
+    repair_tries: int = REPAIR_TRIES,
+    prompt: list[int] | None = None,
+) -> Iterator[Event]:
+    """dcode.flows.new with the local sampler: Started, steps, the repair pass's tries, Finished.
+    `prompt`: the templated prompt's ids when the caller built them (a served conversation), else
+    prompt_ids of the request."""
+    return flows.new(ModelFiller(model, config, prompt), request, language, length, repair_rounds, repair_tries)
 
 
 def edit(
@@ -246,117 +283,43 @@ def edit(
     repair_rounds: int = 3,
     name: str = "the file",
     repair_tries: int = REPAIR_TRIES,
-) -> Iterator[Started | Step | RepairRound | Edited]:
-    """Rewrite the byte span `region` of source (whole lines) as `instruction` asks. Yields the
-    draft's Started and steps, the repair pass's tries when the edit broke the syntax, then Edited.
-
-    The canvas is prompt + text before the region + masks + text after it, so the model sees the
-    code on both sides (a block-causal model such as dcode-tiny only uses what comes before); a
-    file too long for the model's context gets a window of the lines nearest the region
-    (edit_canvas). `length` masks, or the region's tokens plus max(16, 50%), so the region can
-    grow; masks filled with end or pad tokens are dropped, so it can shrink. The result is
-    spliced on bytes: every byte outside the region is the source's. A repair is kept only if it
-    leaves them so too. `name` names the file in error messages.
-    """
-    from dataclasses import replace
-
-    # 1) the pieces of the canvas
-    if not instruction.strip():
-        raise InputError("the instruction is empty")
-    data = source.encode()
-    a, b = region
-    if not 0 <= a <= b <= len(data):
-        raise ValueError(f"region {region} is outside the {len(data)}-byte source")
-    try:
-        before, old, after = data[:a].decode(), data[a:b].decode(), data[b:].decode()
-    except UnicodeDecodeError:
-        raise ValueError(f"region {region} splits a UTF-8 character") from None
-    facts = model.facts
-    ids = prompt_ids(model, instruction, language)
-    plan = edit_canvas(model, data, region, ids, length, language, name)
-    canvas = torch.tensor(plan.ids, dtype=torch.long)
-    fill = torch.zeros(len(canvas), dtype=torch.bool)
-    fill[plan.start : plan.start + plan.budget] = True
-
-    # 2) the same sampler fills the masks; a region in the middle of the file must not end it
-    yield Started((len(ids), len(canvas)), ((plan.start, plan.start + plan.budget),))  # the view shows the whole file
-    began = time.perf_counter()
-    last: Step | None = None
-    for last in denoise(model, canvas, plan.start, replace(config, stop_at_eos=False), fill=fill):
-        yield last
-    assert last is not None
-    drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
-    kept = [t for t in last.canvas[plan.start : plan.start + plan.budget].tolist() if t not in drop]
-    text = fit_region(decode(model, kept), old, newline_of(source))
-    seconds = time.perf_counter() - began
-    code = before + text + after
-
-    # 3) check; repair only when the edit broke something, and keep it only if the rest is intact
-    original = _check(source, language, region)
-    checked = yield from repair_edit(
-        model, ids, source, code, (a, a + len(text.encode())), language, config, original, repair_rounds, repair_tries
-    )
-    yield Edited(
-        code=checked.code,
-        region=(a, b),
-        new_region=checked.new_region,
-        prompt_tokens=len(ids),
-        context_tokens=plan.context_tokens,
-        region_tokens=plan.region_tokens,
-        tokens=len(kept),
-        canvas=plan.budget,
-        forward=last.forward,
-        seconds=seconds,
-        original_errors=None if original is None else original[0],
-        errors_after=None if checked.found is None else checked.found[0],
-        repair=checked.repaired,
-        repair_used=checked.used,
-        window=plan.window.metadata(data, plan.context_tokens),
-    )
+) -> Iterator[Event]:
+    """dcode.flows.edit with the local sampler. The canvas is prompt + text before the region +
+    masks + text after it, so the model sees the code on both sides (a block-causal model such as
+    dcode-tiny only uses what comes before); a file too long for the model's context gets a window
+    of the lines nearest the region (edit_layout). `length` masks, or the region's tokens plus
+    max(16, 50%); masks filled with end or pad tokens are dropped, so the region can shrink."""
+    filler = ModelFiller(model, config)
+    return flows.edit(filler, source, region, instruction, language, length, repair_rounds, name, repair_tries)
 
 
-@dataclass(frozen=True)
-class Checked:
-    """An edit's result after the check and, where it broke something, the repair pass."""
-
-    code: str
-    new_region: tuple[int, int]
-    found: tuple[int, bool] | None  # as _check() says of code
-    repaired: Repaired | None
-    used: bool
-
-
-def repair_edit(
+def repair_file(
     model: Denoiser,
-    ids: list[int],
     source: str,
+    language: str,
+    name: str,
+    config: SamplerConfig,
+    rounds: int,
+    tries: int = REPAIR_TRIES,
+) -> Iterator[Event]:
+    """dcode.flows.repair_file with the local sampler: a file longer than the model's context is
+    repaired span by span, each in its own window."""
+    return flows.repair_file(ModelFiller(model, config), source, language, name, rounds, tries)
+
+
+def repair(
+    model: Denoiser,
+    prompt: list[int],
     code: str,
-    new_region: tuple[int, int],
     language: str,
     config: SamplerConfig,
-    original: tuple[int, bool] | None,
-    rounds: int,
-    tries: int,
-) -> Generator[Started | Step | RepairRound, None, Checked]:
-    """Check an edit's code; when the edit broke something, repair it (a big file span by span, in
-    windows: dcode.repair) and keep the repair only if every byte outside the region is intact.
-    Yields the repair's steps and rounds; returns (StopIteration's value) the Checked result."""
-    a = new_region[0]
-    data, suffix = source.encode(), code.encode()[new_region[1] :]
-    found = _check(code, language, new_region)
-    repaired: Repaired | None = None
-    used = False
-    if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        for event in repair(model, ids, code, language, config, rounds, tries, origin="edit"):
-            if isinstance(event, Repaired):
-                repaired = event
-            else:
-                yield event
-        assert repaired is not None
-        fixed = repaired.code.encode()
-        intact = fixed[:a] == data[:a] and fixed.endswith(suffix) and len(fixed) - len(suffix) >= a
-        if repaired.code != code and intact:
-            code, used = repaired.code, True
-            new_region = (a, len(fixed) - len(suffix))
-            found = _check(code, language, new_region)
-    return Checked(code, new_region, found, repaired, used)
+    rounds: int = 3,
+    tries: int = REPAIR_TRIES,
+    origin: Origin = "file",
+) -> Iterator[Event]:
+    """dcode.flows.repair with the local sampler and the prompt ids `prompt` at the head of its canvases."""
+    return flows.repair(ModelFiller(model, config, prompt), code, language, "", rounds, tries, origin)
+
+
+def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
+    return json.dumps({"code": finished.code, **extra, **finished.metadata()}, indent=2)

@@ -1,16 +1,16 @@
 """Pure Rich renderables for the live refinement view: a step becomes a Frame, a Frame becomes Text.
 
 Owns what a frame of the live view shows (`step_frame`, `Describer`, which reads the typed events of
-dcode.events) and how it looks (`render_canvas`, `render_status`, `export_svg`). Knows nothing
-about Textual, threads, models or the terminal, and does not import torch: tensors are read
-through `.tolist()`. The Textual app
-(dcode.tui) and the plain Rich Live fallback both draw with these functions.
+dcode.events, Frame among them) and how it looks (`render_canvas`, `render_status`, `export_svg`).
+Knows nothing about Textual, threads, models or the terminal, and does not import torch: tensors
+are read through `.tolist()`. The Textual app (dcode.tui) and the plain Rich Live fallback both
+draw with these functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from rich.style import Style
 from rich.syntax import Syntax
 from rich.text import Text
 
-from dcode.events import Edited, Event, Finished, Repaired, Started, Step
+from dcode.events import Drawn, Edited, Event, Finished, Frame, Repaired, Started, Step
 
 MASK = "·"  # one placeholder character per masked token
 MASK_STYLE = Style(dim=True)
@@ -31,36 +31,6 @@ THEME = "ansi_dark"  # the terminal's own 16 colours, so the final frame suits a
 # Control characters other than tab and newline are drawn as their Unicode pictures (ESC as ␛):
 # generated text must never reach the terminal as escape sequences.
 VISIBLE = {c: 0x2400 + c for c in range(32) if c not in (9, 10)} | {0x7F: 0x2421}
-
-
-@dataclass(frozen=True)
-class Frame:
-    """What one frame of the live view shows. Positions are offsets into the answer region."""
-
-    pieces: tuple[str | None, ...]  # per answer position: its decoded text, None while masked
-    committed: frozenset[int]  # positions filled by the latest pass
-    remasked: frozenset[int]  # positions the repair pass masked again (drawn apart while masked)
-    model: str
-    device: str
-    forward: int  # forward passes so far ("pass n")
-    masked: int  # masked positions left
-    filled: int  # tokens filled so far, for tok/pass and tok/s
-    elapsed: float  # seconds of sampling so far
-    language: str = "python"  # for syntax highlighting once settled
-    settled: bool = False  # the answer is final: highlight it as code
-    repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th filling (a round's tries each count)
-
-    @property
-    def tokens_per_pass(self) -> float:
-        return self.filled / self.forward if self.forward else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.filled / self.elapsed if self.elapsed > 0 else 0.0
-
-    @property
-    def code(self) -> str:
-        return "".join(piece or "" for piece in self.pieces)
 
 
 def _ints(values: Any) -> list[int]:
@@ -144,8 +114,10 @@ class Describer:
     Decodes each token id once. A Started event says where the answer region begins on the canvas
     and, for a repair try, which positions it masked again (drawn apart while they stay masked);
     a Step gives a frame, counting passes and committed tokens over the whole run (draft, then
-    repair tries); a result (Finished, Edited, Repaired) gives a settled frame showing exactly its
-    code; a RepairRound gives None.
+    repair tries); a Drawn event (an endpoint's chunk) is its own frame; a result (Finished,
+    Edited, Repaired) gives a settled frame showing exactly its code and the numbers the summary
+    line prints (its tokens, passes and seconds); a RepairRound gives None. Without a tokenizer
+    (an endpoint's run) only Drawn events and results give frames.
     """
 
     def __init__(
@@ -177,22 +149,29 @@ class Describer:
                 return None
             case Step():
                 return self._step(event, elapsed)
-            case Finished(code=code) | Edited(code=code) | Repaired(code=code):
-                return self._settled(code, elapsed)
+            case Drawn(frame=frame):
+                self._last = frame
+                return frame
+            case Finished() | Edited() | Repaired():
+                return self._settled(event)
             case _:
                 return None
 
-    def _settled(self, code: str, elapsed: float) -> Frame:
-        base = self._last or Frame((), frozenset(), frozenset(), self.model, self.device, 0, 0, 0, elapsed)
+    def _settled(self, result: Finished | Edited | Repaired) -> Frame:
+        """The result's code, with the numbers of its summary line: one set of numbers on screen."""
+        base = self._last or Frame((), frozenset(), frozenset(), self.model, self.device, 0, 0, 0, 0.0)
         return replace(
             base,
-            pieces=(code,),
+            pieces=(result.code,),
             committed=frozenset(),
             remasked=frozenset(),
             masked=0,
-            elapsed=elapsed,
+            forward=result.forward,
+            filled=result.tokens,
+            elapsed=result.seconds,
             language=self.language,
             settled=True,
+            unit=result.unit,
         )
 
     def _step(self, step: Step, elapsed: float) -> Frame:
@@ -262,13 +241,14 @@ def active_line(frame: Frame) -> int | None:
 
 
 def render_status(frame: Frame, note: str = "") -> Text:
-    """One line: `dcode-tiny · cpu · pass 12 · 40 masked · 3.1 tok/pass · 210 tok/s · 1.4 s`.
-    A `note` ("paused") leads the line in reverse, so a narrow terminal crops the numbers instead."""
+    """One line: `dcode-tiny · cpu · pass 12 · 40 masked · 3.1 tok/pass · 210 tok/s · 1.4 s` (a
+    plain server's: `chunk 12`, `tok/chunk`). A `note` ("paused") leads the line in reverse, so a
+    narrow terminal crops the numbers instead."""
     parts = [
-        f"pass {frame.forward}",
+        f"{frame.unit} {frame.forward}",
         *([f"repair fill {frame.repair_round}"] if frame.repair_round else []),
         "done" if frame.settled else f"{frame.masked} masked",
-        f"{frame.tokens_per_pass:.1f} tok/pass",
+        f"{frame.tokens_per_pass:.1f} tok/{frame.unit}",
         f"{frame.tokens_per_second:.0f} tok/s",
         f"{frame.elapsed:.1f} s",
     ]

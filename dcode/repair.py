@@ -1,53 +1,27 @@
-"""The repair pass: syntax issues -> token positions to re-mask -> the same sampler, round by round.
+"""The repair pass on a local model: a round's byte spans -> token positions to re-mask -> the sampler.
 
 Owns: mapping tokens to byte spans of the text, snapping each round's spans to tokens, building
-the re-masked canvas and trying a round again with sampled seeds. Which bytes a round re-masks
-and how new text is spliced back is dcode.spans' job, checking dcode.syntax's, judging a fill
-(deleted code, unblamed lines, lines the fix did not need) dcode.fixes', and sampling
-dcode.sampler's; this module only decides which positions to re-mask and consumes denoise().
-Knows nothing about prompt templates, files or the terminal."""
+the re-masked canvases (windows of a file longer than the context), the tokens a later try may not
+write, and the sampler settings of a round's later tries. The loop itself (rounds, tries, judging,
+the records) is dcode.flows.repair's, the same for every filler; which bytes a round re-masks and
+how new text is spliced back is dcode.spans' job, and sampling dcode.sampler's.
+dcode.pipeline.ModelFiller calls these. Knows nothing about prompt templates, files or the terminal."""
 
 from __future__ import annotations
 
-import re
-import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
 import torch
 
-from dcode.config import REPAIR_TRIES, SamplerConfig
-from dcode.events import Repaired, RepairRound, Span, Started, Step
-from dcode.fixes import judge
-from dcode.linediff import newline_of
+from dcode.config import SamplerConfig, retried
+from dcode.events import Span, Started, Step
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.sampler import denoise
-from dcode.spans import Origin, widen
-from dcode.syntax import (
-    Issue,
-    UnknownLanguage,
-    compile_issue,
-    find_issues,
-    language_of,
-    line_span,
-    line_start,
-    normalize_language,
-)
-
-# A round's later tries sample at this temperature (its first try uses the configured sampler,
-# greedy by default): the same masks refilled greedily would only give the same text again. They
-# may not write the tokens the checker blamed either (culprits()).
-# Measured (benchmarks/repair.py): certainty-forced dcode-tiny weights are so sure of their own
-# text that 0.8 refills much of it unchanged (76% -> 92% valid, +88% time) where 1.2 gives
-# 76% -> 100% at +51%.
-RETRY_TEMPERATURE = 1.2
-# ...except left to right (the verify rule), where every position of the span is sampled in turn
-# and 1.2 derails it. Measured (benchmarks/repair.py --seeds 8, distilled dcode-tiny weights): 76% -> 96.5%
-# valid at +236% time at 1.2, 76% -> 100% at +70% at 0.8.
-LEFT_TO_RIGHT_RETRY_TEMPERATURE = 0.8
-
+from dcode.spans import Origin
+from dcode.syntax import Issue, line_span, line_start
 
 # ---------------------------------------------------------------------------------------------
 # Tokens <-> bytes
@@ -110,7 +84,7 @@ def snap(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int, str
 
 
 # ---------------------------------------------------------------------------------------------
-# Canvas
+# Canvases
 
 
 def room(tokens: int) -> int:
@@ -142,8 +116,9 @@ def remasked_canvas(
 
 
 @dataclass(frozen=True)
-class Canvas:
-    """One canvas of a repair try: the prompt, code around some spans, their masks."""
+class Refill:
+    """What one sampler run of a repair try fills: a canvas (the prompt, code around some spans,
+    their masks) and where its masks are."""
 
     ids: torch.Tensor  # (L,)
     regions: list[tuple[int, int]]  # canvas positions [start, end) of each span's masks
@@ -151,20 +126,20 @@ class Canvas:
     ends: list[bool]  # whether each span reaches the end of the text (a redrafted tail)
 
 
-def canvases(
+def refills(
     prompt_ids: Sequence[int],
     ids: Sequence[int],
     offsets: Sequence[tuple[int, int]],
     data: bytes,
     spans: Sequence[Span],
     facts: ModelFacts,
-) -> list[Canvas] | None:
-    """The canvases a round fills: one holding the whole text when it fits the model's context;
+) -> list[Refill] | None:
+    """What a round fills: one canvas holding the whole text when it fits the model's context;
     else one a span, each with a window of the nearest whole lines (dcode.window: before the span
     for a block-causal model, both sides otherwise). None when a span alone does not fit."""
     canvas, regions = remasked_canvas(prompt_ids, ids, spans, facts.mask_id)
     if len(canvas) <= facts.max_length:
-        return [Canvas(canvas, regions, list(range(len(spans))), [s.tokens[1] == len(ids) for s in spans])]
+        return [Refill(canvas, regions, list(range(len(spans))), [s.tokens[1] == len(ids) for s in spans])]
     from bisect import bisect_left
 
     from dcode.window import choose
@@ -181,14 +156,14 @@ def canvases(
         hi = max(hi, end)
         local = replace(span, tokens=(first - lo, end - lo))
         canvas, regions = remasked_canvas(prompt_ids, ids[lo:hi], [local], facts.mask_id)
-        out.append(Canvas(canvas, regions, [k], [end == len(ids)]))
+        out.append(Refill(canvas, regions, [k], [end == len(ids)]))
     return out
 
 
 def fill(
     model: Denoiser,
     prompt_ids: Sequence[int],
-    plan: Sequence[Canvas],
+    refills: Sequence[Refill],
     run: SamplerConfig,
     ban: Sequence[int],
     round_attempt: tuple[int, int],
@@ -200,122 +175,20 @@ def fill(
     drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
     texts: dict[int, str] = {}
     forward = 0
-    for canvas in plan:
-        masks = torch.zeros(len(canvas.ids), dtype=torch.bool)  # explicit, as the placeholder may be a real token
-        for a, b in canvas.regions:
+    for refill in refills:
+        masks = torch.zeros(len(refill.ids), dtype=torch.bool)  # explicit, as the placeholder may be a real token
+        for a, b in refill.regions:
             masks[a:b] = True
         number, attempt = round_attempt
-        yield Started((len(prompt_ids), len(canvas.ids)), tuple(canvas.regions), repair_round=number, attempt=attempt)
+        yield Started((len(prompt_ids), len(refill.ids)), tuple(refill.regions), repair_round=number, attempt=attempt)
         last: Step | None = None
-        for last in denoise(model, canvas.ids, len(prompt_ids), run, fill=masks, ban=ban):
+        for last in denoise(model, refill.ids, len(prompt_ids), run, fill=masks, ban=ban):
             yield last
         assert last is not None  # every span holds at least room(0) = 2 masks
         forward += last.forward
-        for k, (a, b), end in zip(canvas.spans, canvas.regions, canvas.ends, strict=True):
+        for k, (a, b), end in zip(refill.spans, refill.regions, refill.ends, strict=True):
             texts[k] = fill_text(model, last.canvas[a:b].tolist(), drop, end)
     return [texts[k] for k in sorted(texts)], forward
-
-
-def repair(
-    model: Denoiser,
-    prompt_ids: Sequence[int],
-    code: str,
-    language: str,
-    config: SamplerConfig,
-    rounds: int = 3,
-    tries: int = REPAIR_TRIES,
-    origin: Origin = "file",
-) -> Iterator[Started | Step | RepairRound | Repaired]:
-    """Re-mask the spans around code's syntax issues and let the sampler fill them again, widening
-    the spans each round; each round fills its masks up to `tries` times until a result is kept.
-    `origin` says who wrote code (see Origin): it decides what a round may change. Yields every
-    try's Started and sampler Steps, a RepairRound after each try, then Repaired.
-
-    Text outside the re-masked spans is copied byte for byte (new lines take the text's line
-    ending); a round's result is kept only if it has fewer issues than the best so far. A text
-    longer than the model's context is repaired span by span, each in a window of the lines
-    around it. An unknown language (or a grammar that will not load) returns code untouched
-    with a note.
-    """
-    began = time.perf_counter()
-    try:
-        issues = find_issues(code, language)
-        name = normalize_language(language)
-    except (UnknownLanguage, ImportError) as exc:
-        yield Repaired(code, 0, 0, (), 0, 0, 0, 0, 0, time.perf_counter() - began, note=f"not checked: {exc}")
-        return
-    from tree_sitter import Parser
-
-    facts = model.facts
-    # A span in the middle of the file must not end it; and a fill should reuse the names around
-    # it, which the repetition penalty (meant for runaway loops in a whole draft) would discourage.
-    config = replace(config, stop_at_eos=False, repetition_penalty=1.0)
-    best, best_issues = code, issues
-    history: list[RepairRound] = []
-    note = ""
-    for number in range(1, rounds + 1):
-        if not best_issues:
-            break
-        # 1) what to re-mask: each issue widened for this round, snapped to tokens, merged
-        data = best.encode()
-        ids, offsets = tokenize(model.tokenizer, best)
-        root = Parser(language_of(name)).parse(data).root_node
-        hint = compile_issue(best, data) if name == "python" else None
-        spans = snap(offsets, [widen(data, root, issue, number, hint, origin == "draft") for issue in best_issues])
-        plan = canvases(prompt_ids, ids, offsets, data, spans, facts) if spans else None
-        if plan is None:
-            note = "nothing to re-mask" if not spans else f"round {number} needs more than {facts.max_length} tokens"
-            break
-
-        # 2) the same sampler fills the masks; a try that is not kept is tried again with the
-        # next seed, sampled, as greedy refills of the same masks would repeat themselves
-        # what the checker blames: later tries may not write those tokens again (see culprits)
-        banned = culprits(data, ids, offsets, [hint] if hint is not None else best_issues)
-        for attempt in range(1, tries + 1):
-            run = config if attempt == 1 and not replays(facts, origin) else retry(config, attempt)
-            ban = banned if attempt > 1 else ()
-            texts, forward = yield from fill(model, prompt_ids, plan, run, ban, (number, attempt))
-            texts = [in_line_endings(t, newline_of(best)) for t in texts]
-
-            # 3) splice the new spans into the old text, check again, put back lines the fix did not need
-            where = [(s.start_byte, s.end_byte) for s in spans]
-            candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
-            history.append(
-                RepairRound(
-                    round=number,
-                    attempt=attempt,
-                    issues=tuple(best_issues),
-                    spans=tuple(spans),
-                    tokens=sum(b - a for a, b in (s.tokens for s in spans)),
-                    masks=sum(b - a for c in plan for a, b in c.regions),
-                    forward=forward,
-                    issues_after=len(found),
-                    kept=kept,
-                    restored=restored,
-                )
-            )
-            yield history[-1]
-            if kept:
-                best, best_issues = candidate, found
-                break
-    yield Repaired(
-        code=best,
-        issues_before=len(issues),
-        issues_after=len(best_issues),
-        issues=tuple(best_issues),
-        rounds=len({r.round for r in history}),
-        attempts=len(history),
-        spans=sum(len(r.spans) for r in history),
-        tokens=sum(r.tokens for r in history),
-        forward=sum(r.forward for r in history),
-        seconds=time.perf_counter() - began,
-        note=note,
-    )
-
-
-def in_line_endings(text: str, newline: str) -> str:
-    """text with its bare line feeds as `newline` (a fill in a CRLF file gets CRLF lines)."""
-    return text if newline == "\n" else re.sub(r"(?<!\r)\n", newline, text)
 
 
 def culprits(data: bytes, ids: Sequence[int], offsets: Sequence[tuple[int, int]], issues: Sequence[Issue]) -> list[int]:
@@ -352,7 +225,6 @@ def fill_text(model: Denoiser, ids: list[int], drop: set[int] | frozenset[int], 
 
 
 def retry(config: SamplerConfig, attempt: int) -> SamplerConfig:
-    """The sampler for a round's later tries: sampled (at least RETRY_TEMPERATURE, or
-    LEFT_TO_RIGHT_RETRY_TEMPERATURE for the verify rule), with its own seed."""
-    least = LEFT_TO_RIGHT_RETRY_TEMPERATURE if config.rule == "verify" else RETRY_TEMPERATURE
-    return replace(config, temperature=max(config.temperature, least), seed=config.seed + attempt - 1)
+    """The sampler for a round's later tries (config.retried): the verify rule writes left to right."""
+    temperature, seed = retried(config.temperature, config.seed, attempt, config.rule == "verify")
+    return replace(config, temperature=temperature, seed=seed)

@@ -31,6 +31,9 @@ DEFINITIONS = re.compile(r"(function|class|method|struct|impl|trait|interface|en
 # The second round, then the third on -> (node types they widen to, lines of context added when no
 # such node encloses the span).
 _ROUNDS: tuple[tuple[re.Pattern[str], int], ...] = ((STATEMENT_TYPES, 1), (BLOCK_TYPES, 2))
+# A single line after an edit's region that a fill repeats counts as a repeat of that code only
+# from this many characters: "}" or "pass" may well end a fill.
+ECHO_LINE = 12
 
 
 def covering_lines(data: bytes, start: int, end: int) -> tuple[int, int]:
@@ -164,3 +167,25 @@ def fit_region(text: str, old: str, newline: str | None = None) -> str:
     if not body:
         return ""
     return body.replace("\n", newline) + (newline if old.endswith("\n") or not old else "")
+
+
+def unechoed(text: str, after: str) -> str | None:
+    """A region's fill without an echo of the text after the region: a fill whose last lines are
+    the first lines of `after` (a server that echoes `suffix`) loses them; a fill that still holds
+    the first lines of `after` (two, or one of at least ECHO_LINE characters) repeats that code,
+    and is refused (None). Lines are compared without their indentation and line endings.
+    Example: unechoed("    x = 2\\nmain()\\n", "main()\\n") -> "    x = 2\\n"."""
+    want = [line.strip() for line in after.splitlines() if line.strip()]
+    if not want:
+        return text
+    lines = text.splitlines(keepends=True)
+    body = [i for i, line in enumerate(lines) if line.strip()]  # indices of lines with text
+    for k in range(min(len(body), len(want)), 0, -1):
+        if [lines[i].strip() for i in body[-k:]] == want[:k]:
+            lines = lines[: body[-k]]
+            break
+    head = want[:2] if len(want) > 1 else want if len(want[0]) >= ECHO_LINE else []
+    held = [line.strip() for line in lines if line.strip()]
+    if head and any(held[i : i + len(head)] == head for i in range(len(held) - len(head) + 1)):
+        return None
+    return "".join(lines)

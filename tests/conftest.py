@@ -295,7 +295,7 @@ def tokenizer():
 def scripted(tokenizer, monkeypatch: pytest.MonkeyPatch):
     """Make the commands load a ScriptedDenoiser: call it with the scripts (and options); it
     returns the list of the denoisers the commands made."""
-    from dcode.cli import common as cli  # where run_model finds load_model
+    from dcode.cli import running as cli  # where run_flow finds load_model
 
     made: list[ScriptedDenoiser] = []
 

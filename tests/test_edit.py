@@ -37,7 +37,7 @@ from dcode.edit import (
     write_backup,
     write_in_place,
 )
-from dcode.events import Started, Step
+from dcode.events import Edited, Started, Step
 from dcode.syntax import find_issues
 
 PAD, EOS, MASK = 0, 1, 2  # dcode-tiny's special tokens
@@ -410,7 +410,7 @@ def test_a_symbol_is_rewritten_and_every_other_byte_kept(tokenizer) -> None:
     region = find_symbol(SOURCE, "python", "add")
     events = run_edit(model, SOURCE, region)
     done = events[-1]
-    assert isinstance(done, pipeline.Edited)
+    assert isinstance(done, Edited)
     assert [type(e) for e in events[:-1]] == [Started, Step]  # one pass, no repair
     assert done.code == SOURCE.replace(ADD, SUM + "\n")
     assert_outside_identical(SOURCE, done.code, region, done.new_region)
@@ -570,7 +570,7 @@ def test_the_region_keeps_its_room_and_the_context_gives_way(tokenizer) -> None:
     limit = needed.prompt_tokens + needed.context_tokens + needed.region_tokens + 3  # room for 3 more
     done = run_edit(ScriptedDenoiser(tokenizer, SUM, max_length=limit), SOURCE, region)[-1]
     assert done.canvas == pipeline.edit_budget(needed.region_tokens)
-    assert done.window is not None and done.window["whole_file"] is False
+    assert done.extra["window"]["whole_file"] is False
     assert done.prompt_tokens + done.context_tokens + done.canvas <= limit
     assert done.code == needed.code  # the same edit, from less context
 
@@ -590,7 +590,7 @@ def test_embedded_model_edits_a_symbol_and_keeps_the_rest(tiny) -> None:
     region = find_symbol(SOURCE, "python", "Stack.push")
     events = run_edit(tiny, SOURCE, region, "push two items at once")
     done = events[-1]
-    assert isinstance(done, pipeline.Edited)
+    assert isinstance(done, Edited)
     draft = [e for e in events if isinstance(e, Step)][: done.forward]
     assert len(draft) == done.forward >= 1 and draft[-1].masked == 0
     assert_outside_identical(SOURCE, done.code, region, done.new_region)
@@ -834,3 +834,21 @@ class TestCommand:
         assert result.stdout == "" or result.stdout.startswith("--- a/app.py\n+++ b/app.py\n@@ -")
         assert re.search(r"tok/s, dcode-tiny(\n|; repair: )", result.stderr), result.stderr  # repair may run
         assert self.files(workdir) == ["app.py"] and (workdir / "app.py").read_bytes() == SOURCE.encode()
+
+
+@pytest.mark.parametrize(
+    ("fill", "after", "kept"),
+    [
+        ("    x = 2\nmain()\n", "main()\n", "    x = 2\n"),  # the echo at the end is cut
+        ("    x = 2\n\n\nif a:\n    main()\n", "\n\nif a:\n    main()\n", "    x = 2\n\n\n"),  # all of it
+        ("    x = 2\n\n\nif a:\n", "\n\nif a:\n    main()\n", "    x = 2\n\n\n"),  # its first lines
+        ("    x = 2\n}\n", "}\n", "    x = 2\n"),  # a closing brace the region is followed by
+        ("  return 1;\n}\n", "\nint g() {}\n", "  return 1;\n}\n"),  # nothing of `after`: kept as is
+        ("if a:\n    main()\nx = 2\n", "if a:\n    main()\n", None),  # repeated, then more: refused
+        ("print('the same long line')\nx = 1\n", "print('the same long line')\n", None),
+        ("pass\nx = 1\n", "pass\n", "pass\nx = 1\n"),  # one short line is no evidence of a repeat
+        ("anything\n", "", "anything\n"),  # a region at the end of the file
+    ],
+)
+def test_an_echo_of_the_text_after_the_region(fill: str, after: str, kept: str | None) -> None:
+    assert spans.unechoed(fill, after) == kept

@@ -25,10 +25,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from dcode import flows
 from dcode.cli import app
-from dcode.remote import Endpoint, RemoteError, fill, flows, sse, streams
-from dcode.remote.streams import Answer, Update
-from dcode.render import MASK
+from dcode.events import Drawn, Finished, Repaired
+from dcode.remote import Endpoint, RemoteError, fill, sse, streams
+from dcode.remote.filler import EndpointFiller
+from dcode.remote.streams import Answer
+from dcode.render import MASK, Describer, render_status
 
 KEY = "sk-test-5ecret-never-shown"
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,7 +205,7 @@ def dcode_server(seen: Seen) -> Reply:
 
 
 def dcode(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:  # click.testing.Result
-    base = {"DCODE_API_KEY": "", "OPENAI_API_KEY": "", "INCEPTION_API_KEY": "", "NO_COLOR": "1"}
+    base = {"DCODE_ENDPOINT_KEY": "", "OPENAI_API_KEY": "", "INCEPTION_API_KEY": "", "NO_COLOR": "1"}
     return CliRunner().invoke(app, list(args), env={**base, **(env or {})}, input=input, prog_name="dcode")
 
 
@@ -236,36 +239,41 @@ def answer_of(events: list[Any]) -> Any:
     return events[-1]
 
 
+def served_new(endpoint: Endpoint, request: str = "add", length: int = 64, rounds: int = 0) -> list[Any]:
+    """dcode.flows.new through the endpoint, as `dcode new --endpoint` runs it."""
+    return list(flows.new(EndpointFiller(endpoint, fill.Sampling(0)), request, "python", length, rounds))
+
+
 def test_mercury_whole_texts_become_passes_with_the_change_highlighted(replay: Any) -> None:
     server = replay(mercury)
     endpoint = Endpoint.parse(server.url, model="mercury-2")
-    events = list(flows.new(endpoint, "add two numbers", "python", fill.Sampling(64), "auto", rounds=0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(endpoint, "add two numbers")
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.code for f in frames] == MERCURY_TEXTS
     assert frames[0].committed == frozenset(range(len(frames[0].pieces)))  # all new
     changed = {frames[1].pieces[i] for i in frames[1].committed}
     assert changed == {" ", "+", "b"}  # only what the second pass changed
     assert [f.forward for f in frames] == [1, 2] and frames[1].device == "127.0.0.1" and frames[1].model == "mercury-2"
     done = answer_of(events)
-    assert done.code == MERCURY_TEXTS[-1] and done.answer.kind == "replace"
+    assert done.code == MERCURY_TEXTS[-1] and done.extra["stream"] == "replace" and done.unit == "chunk"
     body = server.posts[0].body
     assert body["diffusing"] is True and body["stream"] is True and body["model"] == "mercury-2"
 
 
 def test_sglang_blocks_land_appended_without_done(replay: Any) -> None:
     server = replay(sglang)
-    events = list(flows.new(Endpoint.parse(server.url, model="llada2"), "add", "python", fill.Sampling(64), "auto", 0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(Endpoint.parse(server.url, model="llada2"))
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.code for f in frames] == ["def add(a, b):\n", "".join(SGLANG_BLOCKS)]
     assert "".join(frames[1].pieces[i] or "" for i in sorted(frames[1].committed)) == SGLANG_BLOCKS[1]
     done = answer_of(events)
-    assert done.answer.kind == "append" and done.answer.tokens == 12 and done.answer.prompt_tokens == 9
+    assert done.extra["stream"] == "append" and done.tokens == 12 and done.prompt_tokens == 9
 
 
 def test_dcode_frames_are_drawn_exactly_as_sent(replay: Any) -> None:
     server = replay(dcode_server)
-    events = list(flows.new(Endpoint.parse(server.url, model="dcode-tiny"), "f", "python", fill.Sampling(8), "auto", 0))
-    frames = [e.frame for e in events if isinstance(e, Update)]
+    events = served_new(Endpoint.parse(server.url, model="dcode-tiny"), "f", 8)
+    frames = [e.frame for e in events if isinstance(e, Drawn)]
     assert [f.pieces for f in frames] == [tuple(f["pieces"]) for f in DCODE_FRAMES]
     assert [f.committed for f in frames] == [frozenset(f["committed"]) for f in DCODE_FRAMES]
     assert [(f.forward, f.masked, f.device, f.elapsed) for f in frames] == [
@@ -274,7 +282,9 @@ def test_dcode_frames_are_drawn_exactly_as_sent(replay: Any) -> None:
         (3, 0, "cuda", 0.03),
     ]
     done = answer_of(events)
-    assert done.code == "def f(): pass\n" and done.answer.kind == "dcode" and done.answer.chunks == 3
+    assert (
+        done.code == "def f(): pass\n" and done.extra["stream"] == "dcode" and (done.forward, done.unit) == (3, "pass")
+    )
 
 
 def test_stream_mode_forces_the_reading(replay: Any) -> None:
@@ -294,14 +304,14 @@ def test_new_through_the_endpoint_prints_the_code_and_one_summary_line(replay: A
     done = dcode("new", "add two numbers", "--endpoint", server.url, "--model", "llada2", "-o", str(out))
     assert done.exit_code == 0, done.stderr
     assert out.read_text() == "".join(SGLANG_BLOCKS) and done.stdout == ""
-    assert done.stderr == "dcode: 12 tokens in 2 passes (6.0 tok/pass), " + done.stderr.split("), ", 1)[1]
+    assert done.stderr == "dcode: 12 tokens in 2 chunks (6.0 tok/chunk), " + done.stderr.split("), ", 1)[1]
     assert done.stderr.endswith(" tok/s, llada2 at 127.0.0.1\n") and done.stderr.count("\n") == 1
     assert server.posts[0].path == "/v1/chat/completions"
 
 
 def test_json_has_the_local_keys_and_never_the_key(replay: Any) -> None:
     server = replay(sglang)
-    done = dcode("new", "add", "--endpoint", server.url, "--model", "llada2", "--json", env={"DCODE_API_KEY": KEY})
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "llada2", "--json", env={"DCODE_ENDPOINT_KEY": KEY})
     assert done.exit_code == 0, done.stderr
     report = json.loads(done.stdout)
     assert {"code", "model", "language", "path", "tokens", "forward_passes", "seconds", "tokens_per_second"} <= set(
@@ -508,7 +518,9 @@ def test_silence_between_chunks_times_out(replay: Any) -> None:
 def test_failures_are_one_line(replay: Any, tmp_path: Path, reply: Reply, code: int, line: str) -> None:
     server = replay(lambda seen: reply)
     out = tmp_path / "o.py"
-    done = dcode("new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_API_KEY": KEY})
+    done = dcode(
+        "new", "x", "--endpoint", server.url, "--model", "nope", "-o", str(out), env={"DCODE_ENDPOINT_KEY": KEY}
+    )
     assert (done.exit_code, done.stderr) == (code, f"dcode: error: {line.replace('{url}', server.url)}\n")
     assert not out.exists() and KEY not in done.stdout
 
@@ -558,6 +570,19 @@ def test_bad_options_are_usage_errors(args: list[str], line: str) -> None:
     assert (done.exit_code, done.stderr) == (2, f"dcode: error: {line}\n")
 
 
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"DCODE_LENGTH": "0"}, "DCODE_LENGTH must be at least 1 token"),
+        ({"DCODE_TIMEOUT": "0"}, "DCODE_TIMEOUT must be more than 0 seconds"),
+        ({"DCODE_STREAM_MODE": "both"}, "unknown DCODE_STREAM_MODE 'both' (choose from auto, replace, append, dcode)"),
+    ],
+)
+def test_a_bad_value_from_a_variable_names_the_variable(env: dict[str, str], line: str) -> None:
+    done = dcode("new", "x", "--model", "m", "--endpoint", "http://127.0.0.1:9/v1", env=env)
+    assert (done.exit_code, done.stderr) == (2, f"dcode: error: {line}\n")
+
+
 # ---------------------------------------------------------------------------------------------
 # Keys, and nothing sent unless --endpoint is given
 
@@ -566,7 +591,7 @@ def test_key_resolution(replay: Any) -> None:
     server = replay(sglang)
     args = ("new", "x", "--endpoint", server.url, "--model", "m", "--no-repair", "-q")
     dcode(*args, env={"OPENAI_API_KEY": "sk-openai"})
-    dcode(*args, env={"OPENAI_API_KEY": "sk-openai", "DCODE_API_KEY": "sk-dcode"})
+    dcode(*args, env={"OPENAI_API_KEY": "sk-openai", "DCODE_ENDPOINT_KEY": "sk-dcode"})
     dcode(*args, env={"INCEPTION_API_KEY": "sk-inception"})  # only for Inception's host
     assert [p.headers.get("authorization") for p in server.posts] == ["Bearer sk-openai", "Bearer sk-dcode", None]
     endpoint = Endpoint.parse("https://api.inceptionlabs.ai/v1", key=KEY)
@@ -578,7 +603,7 @@ def test_a_key_the_server_wants_but_was_not_given(replay: Any) -> None:
     done = dcode("new", "x", "--endpoint", server.url, "--model", "m")
     assert (done.exit_code, done.stderr) == (
         2,
-        f"dcode: error: {server.url} wants an API key (401): pass --api-key or set DCODE_API_KEY\n",
+        f"dcode: error: {server.url} wants an API key (401): pass --endpoint-key or set DCODE_ENDPOINT_KEY\n",
     )
 
 
@@ -651,11 +676,11 @@ def test_the_rich_live_view_draws_a_served_model(replay: Any) -> None:
     server = replay(mercury)
     endpoint = Endpoint.parse(server.url, model="mercury-2")
     console = Console(file=StringIO(), force_terminal=True, color_system=None, width=60, height=20)
-    describe = flows.describer("mercury-2", endpoint.host, "python")
-    done = tui.run_rich(lambda: flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0), describe, console)
-    assert isinstance(done, flows.Generated) and done.code == MERCURY_TEXTS[-1]
+    describe = Describer(None, -1, model="mercury-2", device=endpoint.host, language="python")
+    done = tui.run_rich(lambda: iter(served_new(endpoint)), describe, console)
+    assert isinstance(done, Finished) and done.code == MERCURY_TEXTS[-1]
     drawn = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "mercury-2 · 127.0.0.1 · pass 2" in drawn
+    assert "mercury-2 · 127.0.0.1 · chunk 2" in drawn
     settled = describe(done, 1.0)
     assert settled is not None and settled.settled and settled.code == MERCURY_TEXTS[-1] and settled.forward == 2
 
@@ -701,7 +726,7 @@ def test_edit_json_has_the_local_keys_and_never_the_key(replay: Any, tmp_path: P
     path = tmp_path / "v.py"
     path.write_text("x = 1\ny = 2\n")
     args = ("edit", str(path), "--lines", "2", "--instruct", "y is 22", "--endpoint", server.url, "--model", "m")
-    done = dcode(*args, "--json", env={"DCODE_API_KEY": KEY})
+    done = dcode(*args, "--json", env={"DCODE_ENDPOINT_KEY": KEY})
     assert done.exit_code == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["written"], report["changed"], report["selection"], report["errors_after"]) == (
@@ -783,11 +808,12 @@ def test_inception_is_asked_for_whole_texts_without_dcode_fields(replay: Any, mo
     monkeypatch.setattr(client, "INCEPTION_HOST", "127.0.0.1")
     endpoint = Endpoint.parse(server.url)
     assert endpoint.inception and fill.model_of(endpoint) == "mercury-2"
-    events = list(flows.new(endpoint, "add", "python", fill.Sampling(64), "auto", 0))
-    assert events[-1].code == MERCURY_TEXTS[-1] and events[-1].answer.kind == "replace"
+    events = served_new(endpoint)
+    assert events[-1].code == MERCURY_TEXTS[-1] and events[-1].extra["stream"] == "replace"
     body = server.posts[0].body
     assert body["diffusing"] is True and "dcode" not in body and body["model"] == "mercury-2"
-    fixed = list(flows.mend(endpoint, BROKEN, "python", fill.Sampling(32)))[-1]
+    fixed = list(flows.repair(EndpointFiller(endpoint, fill.Sampling(32)), BROKEN, "python", "area"))[-1]
+    assert isinstance(fixed, Repaired)
     assert fixed.code == BROKEN.replace(BROKEN_LINE, "    return w * h + 1")
     assert server.posts[-1].path == "/v1/fim/completions" and server.posts[-1].body["model"] == "mercury-2"
 
@@ -798,7 +824,7 @@ def test_appended_deltas_split_mid_word_give_the_pieces_of_the_whole_text() -> N
     frames = [
         e.frame
         for e in streams.read(chunks, "append", model="m", device="d", language="python")
-        if isinstance(e, Update)
+        if isinstance(e, Drawn)
     ]
     for k, frame in enumerate(frames, 1):
         assert list(frame.pieces) == streams.pieces("".join(deltas[:k]))
@@ -823,3 +849,158 @@ def test_sampler_options_the_user_set_travel_to_a_dcode_server(replay: Any) -> N
     body = server.posts[0].body
     assert body["dcode"] == {"rule": "schedule", "steps": 8, "block": 16, "language": "python", "repair": False}
     assert body["temperature"] == 0.5 and body["max_tokens"] == 256 and body["seed"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Interop with third-party servers (issue 26): each test failed before its fix
+
+
+def test_a_fastapi_server_refusing_the_extension_fields_with_422_is_asked_plainly(replay: Any) -> None:
+    """transformers serve (FastAPI) says 422 to fields it does not know, not 400."""
+
+    def script(seen: Seen) -> Reply:
+        extra = {"dcode", "diffusing"} & set(seen.body)
+        if extra:
+            detail = [
+                {"type": "extra_forbidden", "loc": ["body", k], "msg": "Extra inputs are not permitted"} for k in extra
+            ]
+            return Reply(422, body=json.dumps({"detail": detail}))
+        return sglang(seen)
+
+    server = replay(script)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert [("dcode" in p.body) for p in server.posts] == [True, False]
+
+
+def draft_then(repairing: Callable[[Seen], Reply]) -> Callable[[Seen], Reply]:
+    """A server whose first chat answer is a one-line draft that does not parse; `repairing` answers the rest."""
+
+    def script(seen: Seen) -> Reply:
+        if len([s for s in script.seen if s.method == "POST"]) == 0:  # type: ignore[attr-defined]
+            script.seen.append(seen)  # type: ignore[attr-defined]
+            return Reply(chunks=sse_chunks([chat_chunk("def add(a, b:\n")]))
+        return repairing(seen)
+
+    script.seen = []  # type: ignore[attr-defined]
+    return script
+
+
+def test_a_whole_file_repair_in_append_mode_carries_the_request(replay: Any) -> None:
+    """The draft's only line is the whole file: fill in the middle would send an empty prompt and
+    suffix, which says nothing of what the file is for. The chat request carries the request."""
+    server = replay(draft_then(lambda seen: Reply(chunks=sse_chunks([chat_chunk("def add(a, b):\n    return a + b")]))))
+    args = ("new", "a function that adds two numbers", "--endpoint", server.url, "--model", "m")
+    done = dcode(*args, "--stream-mode", "append", "-q")
+    assert (done.exit_code, done.stdout) == (0, "def add(a, b):\n    return a + b\n"), done.stderr
+    repair = server.posts[1]
+    assert repair.path == "/v1/chat/completions"
+    assert "a function that adds two numbers" in repair.body["messages"][-1]["content"]
+
+
+def test_a_failed_repair_delivers_the_answer_already_had(replay: Any, tmp_path: Path) -> None:
+    server = replay(draft_then(lambda seen: error(500, "the model crashed")))
+    out = tmp_path / "add.py"
+    args = ("new", "add", "--endpoint", server.url, "--model", "m", "--stream-mode", "append", "-o", str(out))
+    done = dcode(*args, "--json")
+    assert done.exit_code == 3, done.stderr
+    assert out.read_text() == "def add(a, b:\n"  # the draft, not nothing
+    report = json.loads(done.stdout)
+    assert report["repair"]["issues_after"] == 1 and "the model crashed" in report["repair"]["note"]
+    assert done.stderr.endswith(f"dcode: warning: 1 syntax error(s) remain in {out}\n")
+
+
+APP = 'import sys\n\n\ndef main():\n    print("hi")\n\n\nif __name__ == "__main__":\n    main()\n'
+VERBOSE_MAIN = 'def main():\n    verbose = "--verbose" in sys.argv\n    print("hi" if not verbose else "hi!")\n'
+
+
+@pytest.mark.parametrize("echo", ["\n\n" + APP.split("\n\n\n", 2)[2], APP.split("\n\n\n", 2)[2]])
+def test_an_echoed_suffix_is_cut_from_the_fill(replay: Any, tmp_path: Path, echo: str) -> None:
+    """A server that echoes `suffix` at the end of its middle: the echo is not written twice."""
+    server = replay(fim_server(VERBOSE_MAIN + echo))
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    args = ("edit", str(path), "--symbol", "main", "--instruct", "add a --verbose flag", "--endpoint", server.url)
+    done = dcode(*args, "--model", "m", "-q")
+    assert done.exit_code == 0, done.stderr
+    assert path.read_text() == APP.replace('def main():\n    print("hi")\n', VERBOSE_MAIN)
+    assert server.posts[0].body["suffix"] == "\n\n" + APP.split("\n\n\n", 2)[2]
+
+
+def test_a_fill_that_repeats_the_code_after_it_is_refused(replay: Any, tmp_path: Path) -> None:
+    tail = APP.split("\n\n\n", 2)[2]
+    server = replay(fim_server(VERBOSE_MAIN + "\n\n" + tail + "\n\nprint('more')\n"))
+    path = tmp_path / "app.py"
+    path.write_text(APP)
+    args = ("edit", str(path), "--symbol", "main", "--instruct", "add a --verbose flag", "--endpoint", server.url)
+    done = dcode(*args, "--model", "m")
+    assert (done.exit_code, done.stderr) == (
+        1,
+        f"dcode: error: the new text for {path} repeats the code after the region; nothing written\n",
+    )
+    assert path.read_text() == APP and sorted(p.name for p in tmp_path.iterdir()) == ["app.py"]
+
+
+def test_whole_texts_show_one_set_of_numbers_in_the_view_and_the_summary(replay: Any) -> None:
+    """`replace` mode: the settled status bar says what the summary line says, in chunks."""
+    from dcode.cli.delivery import summary_line
+
+    server = replay(mercury)
+    endpoint = Endpoint.parse(server.url, model="mercury-2")
+    describe = Describer(None, -1, model="mercury-2", device=endpoint.host, language="python")
+    events = served_new(endpoint)
+    frames = [describe(e, 0.1) for e in events]
+    done, settled = events[-1], frames[-1]
+    assert isinstance(done, Finished) and settled is not None and settled.settled
+    metadata = done.metadata()
+    line, status = summary_line(metadata, "mercury-2", done.unit), render_status(settled).plain
+    assert f"{metadata['tokens']} tokens in 2 chunks ({metadata['tokens_per_forward']} tok/chunk)" in line
+    assert f"chunk 2 · done · {metadata['tokens_per_forward']:.1f} tok/chunk" in status
+    assert f"· {metadata['tokens_per_second']:.0f} tok/s · {metadata['seconds']:.1f} s" in status
+    last = [f for f in frames if f is not None and not f.settled][-1]
+    assert last.filled == len([p for p in last.pieces if p]) == metadata["tokens"]  # on screen: the text's pieces
+
+
+def test_version_prints_the_name_and_the_version() -> None:
+    from importlib.metadata import version
+
+    done = dcode("--version")
+    assert (done.exit_code, done.stdout) == (0, f"dcode {version('dcode')}\n")
+
+
+def test_a_repair_try_through_an_endpoint_samples_as_a_local_left_to_right_try(replay: Any, tmp_path: Path) -> None:
+    """The second try of a round is sampled (config.retried, left to right) with its own seed."""
+    from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE
+
+    answers = iter(["    return w * h +", "    return w * h + 1"])
+    server = replay(lambda seen: Reply(chunks=sse_chunks([text_chunk(next(answers))])))
+    path = tmp_path / "area.py"
+    path.write_text(BROKEN)
+    args = (
+        "repair",
+        str(path),
+        "--endpoint",
+        server.url,
+        "--model",
+        "m",
+        "--repair-rounds",
+        "1",
+        "--repair-tries",
+        "2",
+    )
+    done = dcode(*args, "--seed", "5", "-q")
+    assert done.exit_code == 0 and path.read_text() == BROKEN.replace(BROKEN_LINE, "    return w * h + 1"), done.stderr
+    first, second = (p.body for p in server.posts)
+    assert (first["temperature"], first["seed"]) == (0.0, 5)
+    assert (second["temperature"], second["seed"]) == (LEFT_TO_RIGHT_RETRY_TEMPERATURE, 6)
+
+
+def test_the_key_sent_is_not_the_key_a_server_requires(replay: Any) -> None:
+    """`--endpoint-key` / DCODE_ENDPOINT_KEY is sent; `--api-key` (dcode serve's) is no option of new."""
+    server = replay(sglang)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "--api-key", KEY)
+    assert done.exit_code == 2 and "--api-key" in done.stderr and server.posts == []
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "--endpoint-key", KEY, "-q")
+    assert done.exit_code == 0 and server.posts[0].headers["authorization"] == f"Bearer {KEY}"
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q", env={"DCODE_API_KEY": "sk-serve"})
+    assert done.exit_code == 0 and "authorization" not in server.posts[1].headers

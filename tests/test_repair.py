@@ -15,10 +15,10 @@ from dcode.events import Repaired, RepairRound, Started, Step, drain
 from dcode.fixes import confined, deleted, narrowest, resembles
 from dcode.linediff import hunks
 from dcode.models.base import ModelFacts
+from dcode.pipeline import repair
 from dcode.repair import (
     byte_offsets,
     culprits,
-    repair,
     room,
     tokenize,
     tokens_for_span,
@@ -78,7 +78,8 @@ def test_a_round_tries_again_with_the_next_seed_until_a_result_is_kept(tokenizer
 
 
 def test_retries_sample_with_their_own_seed() -> None:
-    from dcode.repair import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE, retry
+    from dcode.config import LEFT_TO_RIGHT_RETRY_TEMPERATURE, RETRY_TEMPERATURE
+    from dcode.repair import retry
 
     greedy = SamplerConfig(seed=7)
     assert retry(greedy, 2) == SamplerConfig(seed=8, temperature=RETRY_TEMPERATURE)

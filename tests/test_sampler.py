@@ -14,7 +14,7 @@ from conftest import FakeDenoiser
 from dcode import models
 from dcode.config import ORDERINGS, SamplerConfig
 from dcode.events import drain
-from dcode.forward import ExactCache, FullCanvas, UniformNoise, WindowCache, choose_forward
+from dcode.forward import ApproxWindow, ExactCache, FullCanvas, UniformNoise, choose_forward
 from dcode.rules import (
     checked_drafts,
     commit_entropy_bound,
@@ -684,9 +684,9 @@ def test_the_forward_strategy_follows_the_model_and_the_settings(
     block_causal, full = models.load(str(tiny_checkpoint)), models.load(str(tiny_full_checkpoint))
     assert strategy(block_causal) is ExactCache and strategy(block_causal, rule="verify") is ExactCache
     assert strategy(block_causal, cache=False) is FullCanvas
-    assert strategy(full) is WindowCache and strategy(full, approx_cache="prefix") is WindowCache
+    assert strategy(full) is ApproxWindow and strategy(full, approx_cache="prefix") is ApproxWindow
     prefix = choose_forward(full, SamplerConfig(approx_cache="prefix"), torch.Generator())
-    assert isinstance(prefix, WindowCache) and not prefix.dual
+    assert isinstance(prefix, ApproxWindow) and not prefix.dual
     for settings in ({"approx_cache": "off"}, {"cache": False}, {"rule": "verify"}):
         assert strategy(full, **settings) is FullCanvas, settings
     fake = make_fake("one-block")

@@ -34,7 +34,7 @@ from transformers import Qwen2ForCausalLM
 
 from dcode.models.native import block_causal_mask
 from dcode.train import corpus
-from dcode.train.data import MAX_CODE, MAX_PROMPT, Batcher, Examples, build, encode_units
+from dcode.train.data import MAX_CODE, MAX_PROMPT, Examples, TrainingBatches, build, encode_units
 from dcode.train.tokenizer import CODE, EOS, MASK, PAD, PROMPT, SPECIAL_TOKENS, save_tokenizer, train_tokenizer
 from dcode.train.train import (
     TrainConfig,
@@ -557,7 +557,7 @@ def test_encode_units_and_examples_round_trip(tokenizer: Tokenizer, tmp_path: Pa
 
 
 def test_packed_rows_are_whole_sequences_cut_to_the_context(tokenizer: Tokenizer, examples: Examples) -> None:
-    batcher = Batcher(examples, tokenizer, seed=3)
+    batcher = TrainingBatches(examples, tokenizer, seed=3)
     rows = batcher.packed(3, 40)
     assert rows.shape == (3, 40) and rows.dtype == torch.long
     stream = rows.flatten().tolist()
@@ -576,7 +576,7 @@ def test_canvases_rows_are_prompt_code_eos_pad(tokenizer: Tokenizer, examples: E
     canvas = 32
     lengths = examples.code_lengths()
     assert (lengths > canvas).any() and (lengths <= canvas).any()  # both kinds are in the data
-    batcher = Batcher(examples, tokenizer, seed=0)
+    batcher = TrainingBatches(examples, tokenizer, seed=0)
     for _ in range(5):
         ids, answer = batcher.canvases(6, canvas)
         assert ids.shape == answer.shape and answer.dtype == torch.bool

@@ -136,7 +136,8 @@ def test_steps_render_then_the_final_frame_stays_until_a_key():
         await until(pilot, lambda: app.ended is not None)
         await until(pilot, lambda: settled(app))  # after the passes the view was behind
         assert canvas_text(app) == CODE
-        assert status_text(app).startswith(" any key closes  fake · cpu · pass 4 · done")
+        # settled: the result's numbers, as the summary line prints them (FINISHED says 5 passes)
+        assert status_text(app).startswith(" any key closes  fake · cpu · pass 5 · done")
         spans = app.query_one("#canvas", CanvasView).text.spans
         assert any(s.start == 0 and s.end == 3 for s in spans)  # "def" highlighted as a keyword
         await pilot.pause(0.2)

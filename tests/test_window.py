@@ -91,7 +91,7 @@ def test_a_big_file_is_edited_in_a_window(tokenizer, block: int | None) -> None:
     data, code = source.encode(), done.code.encode()
     assert done.code == source.replace("def f40(x, y):\n    total = x * 40 + y\n    return total - 5\n", SUM + "\n")
     assert code[: region[0]] == data[: region[0]] and code[done.new_region[1] :] == data[region[1] :]
-    window = pipeline.edit_canvas(model, data, region, [0] * done.prompt_tokens, None, "python", "x").window
+    window = pipeline.edit_layout(model, data, region, [0] * done.prompt_tokens, None, "python", "x").window
     assert not window.whole
     (lo, a), (b, hi) = window.before, window.after
     assert (a, b) == region and data[lo - 1 : lo] == b"\n" and (hi == b or data[hi - 1 : hi] == b"\n")
@@ -104,7 +104,7 @@ def test_a_big_file_is_edited_in_a_window(tokenizer, block: int | None) -> None:
     assert len(model.seen[0]) <= 200
     assert done.context_tokens == len(head) + len(tail)
     reported = done.metadata()["window"]
-    assert reported == window.metadata(data, done.context_tokens) == done.window
+    assert reported == window.metadata(data, done.context_tokens) == done.extra["window"]
     assert reported["before"] == {"start_byte": lo, "end_byte": a, "lines": [data.count(b"\n", 0, lo) + 1, 205]}
     assert reported["tokens"] == done.context_tokens and reported["whole_file"] is False
 
@@ -165,7 +165,7 @@ def test_a_region_that_does_not_fit_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [None, 16])
 def test_a_big_file_is_repaired_span_by_span(tokenizer, block: int | None) -> None:
     from dcode.events import Repaired, drain
-    from dcode.repair import repair
+    from dcode.pipeline import repair
 
     source = big_file(80)
     broken = source.replace("    total = x * 60 + y\n", "    total = x * 60 +\n")

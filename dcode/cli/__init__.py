@@ -5,16 +5,19 @@ input), 3 syntax errors remain, 130 interrupted (Ctrl-C), 143 terminated (SIGTER
 Ctrl-C is). The answer goes to stdout; progress goes to stderr, and only to a terminal.
 Heavy imports (torch, transformers) happen inside the commands that need a model.
 
-`app` (from dcode.cli.common, with the shared helpers) gets its commands here: each module below
-registers its own on import. The imports run one way, this package -> command modules ->
-dcode.cli.common, so the graph has no circle.
+`app` (from dcode.cli.app) gets its commands here: each module below registers its own on import.
+The shared parts are modules named for what they do: app (the app, exit codes, signals), stdio
+(prompt, live view or not), targets (input and output files), loading (a local model), running
+(the filler and its flow under the live view), delivery (results, reports, the summary line).
+The imports run one way, this package -> command modules -> shared modules, so the graph has no circle.
 """
 
 from __future__ import annotations
 
-from dcode.cli import bench, checking, editing, fixing, generate, history, listing, serving
-from dcode.cli.common import OneLineErrors, app, explicit_sampler_fields, main, version
+from dcode.cli import bench, checking, editing, fixing, generate, history, listing, repairing, serving
+from dcode.cli.app import OneLineErrors, app, main, version
 from dcode.cli.generate import new
+from dcode.cli.loading import explicit_sampler_fields
 
 __all__ = [
     "OneLineErrors",
@@ -29,6 +32,7 @@ __all__ = [
     "listing",
     "main",
     "new",
+    "repairing",
     "serving",
     "version",
 ]

@@ -15,20 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli.common import (
-    DEFAULT_LENGTH,
-    RUNTIME,
-    USAGE,
-    DeviceOption,
-    ModelOption,
-    QuietOption,
-    RepairRoundsOption,
-    app,
-    fail,
-    interrupted,
-    load_model,
-    show_progress,
-)
+from dcode.cli.app import RUNTIME, USAGE, app, fail, interrupted
+from dcode.cli.loading import load_model
+from dcode.cli.options import DeviceOption, ModelOption, QuietOption, RepairRoundsOption
+from dcode.cli.stdio import show_progress
+from dcode.options import DEFAULT_LENGTH
 
 if TYPE_CHECKING:
     from rich.progress import Progress

@@ -1,7 +1,7 @@
-"""Where the result of `dcode edit` or `dcode repair` goes and what the command says about it, for
+"""Where the result of `dcode new`, `edit` or `repair` goes and what the command says about it, for
 a local model and through an endpoint alike: a diff, the file in place (an edit after a backup),
 another file or stdout, never a broken version of a file that parsed; the `--json` report, the
-lines on stderr and the exit code.
+summary line on stderr and the exit code.
 """
 
 from __future__ import annotations
@@ -11,31 +11,51 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import typer
 
-from dcode.cli.common import OK, RUNTIME, SYNTAX, fail, interrupted, summary_line
-from dcode.events import Repaired
+from dcode.cli.app import OK, RUNTIME, SYNTAX, fail, interrupted
+from dcode.events import Edited, Finished, Repaired
+
+PLURAL = {"pass": "passes", "chunk": "chunks"}
 
 
-class EditResult(Protocol):
-    """What delivery reads of an edit (dcode.events.Edited, dcode.remote.flows.Changed)."""
+def summary_line(metadata: Mapping[str, object], model: str, unit: str = "pass") -> str:
+    """The line on stderr after new or edit; `unit` is "chunk" through a plain server. Example:
+    "dcode: 64 tokens in 16 passes (4.0 tok/pass), 2.00 s, 32.0 tok/s, dcode-tiny"."""
+    units = PLURAL[unit]
+    line = (
+        f"dcode: {metadata['tokens']} tokens in {metadata['forward_passes']} {units} "
+        f"({metadata['tokens_per_forward']} tok/{unit}), {metadata['seconds']:.2f} s, "
+        f"{metadata['tokens_per_second']} tok/s, {model}"
+    )
+    repaired = metadata.get("repair")
+    if isinstance(repaired, dict) and repaired["rounds"]:
+        line += (
+            f"; repair: {repaired['issues_before']} -> {repaired['issues_after']} issues in "
+            f"{repaired['rounds']} round(s), +{repaired['extra_forward_passes']} {units}"
+        )
+    return line
 
-    @property
-    def code(self) -> str: ...
-    @property
-    def region(self) -> tuple[int, int]: ...
-    @property
-    def new_region(self) -> tuple[int, int]: ...
-    @property
-    def original_errors(self) -> int | None: ...
-    @property
-    def errors_after(self) -> int | None: ...
-    @property
-    def broke(self) -> bool: ...
 
-    def metadata(self) -> dict[str, object]: ...
+def finish_new(
+    finished: Finished, target: Path | None, model: str, keys: Mapping[str, object], as_json: bool, quiet: bool
+) -> None:
+    """Deliver a new file: -o FILE (atomically), else stdout; the --json report (`keys`: model,
+    endpoint, language, path) or the code, the summary line, and exit 3 when syntax errors remain."""
+    if target is not None:
+        write_repaired(target, finished.code)
+    if as_json:
+        typer.echo(json.dumps({"code": finished.code, **keys, **finished.metadata()}, indent=2))
+    elif target is None:
+        sys.stdout.write(finished.code)
+        sys.stdout.flush()
+    if not quiet:
+        typer.echo(summary_line(finished.metadata(), model, finished.unit), err=True)
+    if finished.syntax_errors:
+        where = target or "the output"
+        typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)
+        raise typer.Exit(SYNTAX)
 
 
 @dataclass(frozen=True)
@@ -44,7 +64,7 @@ class Delivery:
 
     file: Path
     source: str
-    edited: EditResult
+    edited: Edited
     refused: bool  # the edit broke a file that parsed: nothing is written
     writes: bool  # not --diff or --dry-run
     target: Path | None  # -o FILE (another file)
@@ -99,7 +119,7 @@ def report_edit(plan: Delivery, backup: Path | None, old_span: str, model: str, 
     if dry_run:
         typer.echo("dcode: dry run: nothing written", err=True)
     if not quiet:
-        typer.echo(summary_line(edited.metadata(), model), err=True)
+        typer.echo(summary_line(edited.metadata(), model, edited.unit), err=True)
         if plan.written(backup) and target is not None:
             typer.echo(f"dcode: wrote {target} ({old_span} of {file} -> {new_span}); {file} untouched", err=True)
         elif backup is not None:
@@ -184,7 +204,8 @@ def finish_repair(
 
 
 def write_repaired(path: Path, code: str) -> None:
-    """Replace path atomically; a failure is one line (exit 1), Ctrl-C or SIGTERM leave no temp file."""
+    """Write path atomically (a new file, or a repair replacing it); a failure is one line (exit 1),
+    Ctrl-C or SIGTERM leave no temp file."""
     from dcode.files import atomic_write
 
     try:

@@ -7,27 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from dcode.cli.common import (
-    USAGE,
-    app,
-    fail,
-    option_named,
-    read_checkable,
-    read_prompt,
-    result_target,
-    run_model,
-    sampler_config,
-    view_mode,
-)
+from dcode.cli.app import USAGE, app, fail, option_named
 from dcode.cli.delivery import Delivery, finish_edit
 from dcode.cli.options import with_options
-from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
+from dcode.cli.running import identity, run_flow
+from dcode.cli.stdio import read_prompt
+from dcode.cli.targets import read_checkable, result_target
 from dcode.events import Edited
-from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
+from dcode.options import EDIT
 
 
 @app.command("edit")
-@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
+@with_options(*EDIT)
 def edit_command(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to change in place (the original is kept as FILE.orig).")],
@@ -39,77 +30,49 @@ def edit_command(
     symbol: Annotated[
         str | None, typer.Option("--symbol", help="Rewrite only this function, method or class (Class.method).")
     ] = None,
-    output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write the result here; FILE is left as it is.")
-    ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --output file.")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="Print a unified diff; write nothing.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the diff and say that nothing was written.")
     ] = False,
-    lang: Annotated[
-        str | None, typer.Option("--lang", envvar="DCODE_LANG", help="Language (default: from FILE).")
-    ] = None,
-    length: Annotated[
-        int | None,
-        typer.Option(
-            "--length", envvar="DCODE_EDIT_LENGTH", help="Masks for the region (default: its tokens + 50%, >= 16)."
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the diff and metadata as JSON.")
-    ] = False,
-    endpoint: EndpointOption = None,
-    api_key: ApiKeyOption = None,
-    stream_mode: StreamModeOption = "auto",
-    timeout: TimeoutOption = 60.0,
     **chosen: Any,
 ) -> None:
     """Change FILE as an instruction asks: the whole file, --lines A-B or --symbol NAME is
     regenerated and every other byte is kept. In place (backup FILE.orig) unless --diff, --dry-run
     or -o. Exit 0 done, 3 the edit broke the syntax (nothing written if FILE parsed before)."""
-    if endpoint:  # a served model: the whole flow is dcode.cli.remote's, and no local model loads
-        from dcode.cli import remote
+    from dcode import flows
 
-        return remote.run_edit(ctx)
     # 1) validate everything that needs no model, so bad input costs nothing and touches no file
     if lines is not None and symbol is not None:
         fail("--lines and --symbol cannot be used together", USAGE)
+    diff = chosen["diff"]
     writes = not (diff or dry_run)
-    source, language = read_checkable(file, lang)
-    target, to_stdout = result_target(file, output, force) if writes else (None, False)
+    source, language = read_checkable(file, chosen["lang"])
+    output = chosen["output"]
+    target, to_stdout = result_target(file, output, chosen["force"]) if writes else (None, False)
     region = pick_region(source, language, lines, symbol, file)
     text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
-    config = sampler_config(chosen)
+    length = chosen["length"]
     if length is not None and length < 1:
         fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
 
-    # 2) load and generate, drawing the live view on a terminal; FILE is not touched meanwhile
-    from dcode import pipeline
-
+    # 2) generate, drawing the live view on a terminal; FILE is not touched meanwhile
     rounds = chosen["repair_rounds"] if chosen["repair"] else 0
-    quiet, tries = chosen["quiet"], chosen["repair_tries"]
-    denoiser, edited = run_model(
+    tries, name = chosen["repair_tries"], str(file)
+    filler, edited = run_flow(
         ctx,
-        chosen["model"],
-        chosen["device"],
-        config,
-        lambda m, c: pipeline.edit(
-            m, source, region, text, language, c, length, rounds, name=str(file), repair_tries=tries
-        ),
+        chosen,
+        lambda f: flows.edit(f, source, region, text, language, length, rounds, name, tries),
         Edited,
         language,
-        view_mode(quiet, chosen["live"]),
-        chosen["exit_when_done"],
     )
 
     # 3) deliver: a diff, the file in place (after a backup), another file or stdout; never a
     # broken version of a file that parsed
     plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
     old_span = "the whole file" if lines is None and symbol is None else describe_region(source, region)
-    name = denoiser.facts.name
-    keys = {"model": name, "language": language, "selection": symbol if symbol is not None else old_span}
-    finish_edit(plan, output, name, keys, old_span, as_json=as_json, dry_run=dry_run, quiet=quiet)
+    shown, keys = identity(filler)
+    keys |= {"language": language, "selection": symbol if symbol is not None else old_span}
+    say = {"as_json": chosen["as_json"], "dry_run": dry_run, "quiet": chosen["quiet"]}
+    finish_edit(plan, output, shown, keys, old_span, **say)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:

@@ -9,14 +9,7 @@ from typing import Annotated
 
 import typer
 
-from dcode.cli.common import (
-    INTERRUPTED,
-    OK,
-    RUNTIME,
-    USAGE,
-    app,
-    fail,
-)
+from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, app, fail
 
 # What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
 # Never pickles (*.bin, *.pt) and never the checkpoint's own Python code, which dcode does not run.

@@ -2,17 +2,17 @@
 environment variable, help, default, type) is written once.
 
 `with_options(*options)` decorates a Typer command: it adds one keyword parameter per
-dcode.options.Option, and the command receives their values in `**chosen`. `new`, `edit` and
-`repair` are built this way; a new command that generates (a server, say) takes the same options
+dcode.options.Option, and the command receives their values in `**chosen`. `new`, `edit`,
+`repair` and `serve` are built this way; a new command that generates takes the same options
 with one line:
 
     from dcode.cli.options import with_options
-    from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
+    from dcode.options import EDIT
 
     @app.command()
-    @with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
-    def serve(ctx: typer.Context, port: int = 8000, **chosen: Any) -> None:
-        config = sampler_config(chosen)  # dcode.cli: a SamplerConfig, or a one-line usage error
+    @with_options(*EDIT)
+    def fix(ctx: typer.Context, file: Path, **chosen: Any) -> None:
+        filler, edited = run_flow(ctx, chosen, lambda f: flows.edit(f, ...), Edited, language)
 
 `annotation(option)` gives one option as an `Annotated[...]` parameter type, for a command that
 declares it among its own parameters.
@@ -26,7 +26,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from dcode.options import Option
+from dcode.options import DEVICE_OPTION, MODEL_OPTION, QUIET_OPTION, REPAIR_ROUNDS, Option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,3 +57,10 @@ def with_options(*options: Option) -> Callable[[F], F]:
         return command
 
     return add
+
+
+# One option each, for commands that list them among their own parameters (dcode bench).
+ModelOption = annotation(MODEL_OPTION)
+DeviceOption = annotation(DEVICE_OPTION)
+RepairRoundsOption = annotation(REPAIR_ROUNDS)
+QuietOption = annotation(QUIET_OPTION)

@@ -18,18 +18,10 @@ from typing import Any
 
 import typer
 
-from dcode.cli.common import (
-    DEFAULT_LENGTH,
-    RUNTIME,
-    USAGE,
-    app,
-    fail,
-    load_model,
-    sampler_config,
-    with_family_defaults,
-)
+from dcode.cli.app import RUNTIME, USAGE, app, fail
+from dcode.cli.loading import load_model, sampler_config, with_family_defaults
 from dcode.cli.options import with_options
-from dcode.options import MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER, Option
+from dcode.options import DEFAULT_LENGTH, MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER, Option
 
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
 

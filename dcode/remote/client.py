@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 
+from dcode.filler import FillError
 from dcode.remote.sse import MalformedStream, chunks
 
 INCEPTION_HOST = "api.inceptionlabs.ai"  # Mercury 2: whole-text streams, /v1/fim/completions
@@ -29,8 +30,9 @@ MOST_WAIT = 60.0  # a Retry-After longer than this is an error now, not a minute
 BUSY = (429, 503)
 
 
-class RemoteError(Exception):
-    """A failure talking to the endpoint, as one line. `kind` picks the exit code: "usage" for what
+class RemoteError(FillError):
+    """A failure talking to the endpoint, as one line (a FillError: a repair pass meeting one keeps
+    the text it had). `kind` picks the exit code: "usage" for what
     the user can fix in the command (URL, key, model), "runtime" for the rest; `status` is the HTTP
     status when there was one."""
 
@@ -195,7 +197,7 @@ def status_error(response: httpx2.Response, endpoint: Endpoint, tries: int) -> R
     where = endpoint.shown
     if status in (401, 403):
         if not endpoint.key:
-            message = f"{where} wants an API key ({status}): pass --api-key or set DCODE_API_KEY"
+            message = f"{where} wants an API key ({status}): pass --endpoint-key or set DCODE_ENDPOINT_KEY"
         else:
             message = f"{where} refused the API key ({status}): {said}"
         return RemoteError(endpoint.redact(message), "usage", status)

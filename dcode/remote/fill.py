@@ -14,14 +14,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dcode.events import Drawn
 from dcode.remote import client, streams
 from dcode.remote.client import Endpoint, RemoteError
 from dcode.remote.sse import MalformedStream
-from dcode.remote.streams import Answer, Mode, Update
+from dcode.remote.streams import Answer, Mode
 
 # Statuses of a server that does not do fill-in-the-middle: vLLM answers `suffix` with 400, a
 # server without the path 404 or 405, one without the feature 501. Then the chat request is sent.
 NO_FIM = (400, 404, 405, 422, 501)
+# Statuses of a server that refuses fields it does not know (dcode's `dcode` and `diffusing`):
+# OpenAI's own API says 400, a FastAPI server (transformers serve) 422. Then it is asked plainly.
+UNKNOWN_FIELDS = (400, 422)
 INCEPTION_CHAT_MODEL = "mercury-2"
 SYSTEM_NEW = "You write {language} code. Reply with the code only: one whole file, no explanations, no Markdown fences."
 SYSTEM_FILL = (
@@ -89,7 +93,7 @@ def answer(
     language: str,
     diffusing: bool = False,
     empty_ok: bool = False,
-) -> Iterator[Update | Answer]:
+) -> Iterator[Drawn | Answer]:
     """Stream one request, read as streams.read reads it; a malformed stream is a RemoteError."""
     host = endpoint.host
     try:
@@ -114,10 +118,10 @@ def new(
     mode: Mode,
     repair: bool,
     settings: dict[str, Any] | None = None,
-) -> Iterator[Update | Answer]:
+) -> Iterator[Drawn | Answer]:
     """A whole file from a request, as a chat completion. Asks for whole texts (`diffusing`), the
     usage chunk and, from a dcode server, its frames and its own repair; a server that refuses
-    those fields (400, as OpenAI's own API does) is asked again without them."""
+    those fields (UNKNOWN_FIELDS) is asked again without them."""
     model = model_of(endpoint)
     messages = [
         {"role": "system", "content": SYSTEM_NEW.format(language=language)},
@@ -133,7 +137,7 @@ def new(
     try:
         yield from answer(endpoint, "/chat/completions", body, mode, language, diffusing)
     except RemoteError as error:
-        if not (extended and error.status == 400):
+        if not (extended and error.status in UNKNOWN_FIELDS):
             raise
         plain = {k: v for k, v in body.items() if k not in ("diffusing", "dcode", "stream_options")}
         yield from answer(endpoint, "/chat/completions", plain, mode, language)
@@ -149,22 +153,28 @@ def middle(
     old: str = "",
     instruction: str = "",
     name: str = "the file",
-) -> Iterator[Update | Answer]:
-    """The text between before and after (where `old` stands now): fill in the middle, else (NO_FIM) a chat request
-    carrying the whole file with the span marked. The Answer's text is the middle only."""
+    request: str = "",
+) -> Iterator[Drawn | Answer]:
+    """The text between before and after (where `old` stands now): fill in the middle, else (NO_FIM)
+    a chat request carrying the whole file with the span marked. With nothing before or after the
+    span (the whole file), fill in the middle would carry nothing of the file's purpose: the chat
+    request is sent, with `request` (what the file was written for). The Answer's text is the
+    middle only."""
     model = model_of(endpoint)
-    prompt = before + (comment(language, instruction) if instruction else "")
-    body = {"model": model, "prompt": prompt, "suffix": after, "stream": True, **sampling.fields()}
-    path = "/fim/completions" if endpoint.inception else "/completions"
-    try:
-        yield from answer(endpoint, path, body, "append", language, empty_ok=True)
-        return
-    except RemoteError as error:
-        if error.status not in NO_FIM:
-            raise
+    if before.strip() or after.strip():
+        prompt = before + (comment(language, instruction) if instruction else "")
+        body = {"model": model, "prompt": prompt, "suffix": after, "stream": True, **sampling.fields()}
+        path = "/fim/completions" if endpoint.inception else "/completions"
+        try:
+            yield from answer(endpoint, path, body, "append", language, empty_ok=True)
+            return
+        except RemoteError as error:
+            if error.status not in NO_FIM:
+                raise
     ask = (
         f"The {language} file {name}, with the lines to rewrite between the markers {BEGIN!r} and {END!r}:\n"
         f"```\n{before}{BEGIN}\n{old}\n{END}{after}\n```\n"
+        + (f"The file was written for this request: {request}\n" if request else "")
         + (f"Rewrite those lines to do this: {instruction}\n" if instruction else "Rewrite them so the file parses.\n")
         + "Reply with only the new lines."
     )

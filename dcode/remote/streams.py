@@ -14,26 +14,20 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from typing import Any, Literal
 
+from dcode.events import Drawn, Frame
 from dcode.remote.client import RemoteError
 from dcode.remote.sse import MalformedStream
-from dcode.render import MASK, Frame
+from dcode.render import MASK
 
 Kind = Literal["replace", "append", "dcode"]
 Mode = Literal["auto", "replace", "append", "dcode"]
 STREAM_MODES: tuple[Mode, ...] = ("auto", "replace", "append", "dcode")
 MOST_DIFF = 250_000  # piece pairs difflib compares for one chunk's highlight (a few ms)
 PIECE = re.compile(r"\w+|\s|[^\w\s]")  # a word, one white-space character, or one symbol
-
-
-@dataclass(frozen=True)
-class Update:
-    """One chunk as the live view draws it."""
-
-    frame: Frame
 
 
 @dataclass(frozen=True)
@@ -115,6 +109,19 @@ def kind_of(chunk: dict[str, Any], mode: Mode, diffusing: bool) -> Kind:
     return "append"
 
 
+def redrawn(shown: list[str | None], piece: str, appended: bool) -> tuple[list[str | None], frozenset[int]]:
+    """The pieces on screen after a chunk, and which of them it changed: an appended delta
+    re-splits only the last piece and the delta (a word may go on); a whole text replaces them.
+    Example: redrawn(["def", " ", "ad"], "d(", True) -> (["def", " ", "add", "("], {2, 3})."""
+    if not appended:
+        now = pieces(piece, masks=True)
+        return now, changed(shown, now)
+    start = max(len(shown) - 1, 0)
+    redo = pieces("".join(p or "" for p in shown[start:]) + piece)
+    kept = start + 1 if shown and redo and redo[0] == shown[-1] else start
+    return shown[:start] + redo, frozenset(range(kept, start + len(redo)))
+
+
 def read(
     chunks: Iterable[dict[str, Any]],
     mode: Mode,
@@ -125,8 +132,8 @@ def read(
     diffusing: bool = False,
     empty_ok: bool = False,
     began: float | None = None,
-) -> Iterator[Update | Answer]:
-    """An Update per content chunk, then the Answer. `diffusing`: the server is known to send
+) -> Iterator[Drawn | Answer]:
+    """A Drawn frame per content chunk, then the Answer. `diffusing`: the server is known to send
     whole texts when asked (Inception's host). A dcode extension seen later switches to dcode frames.
     An empty answer is a RemoteError unless `empty_ok` (a fill may delete its span)."""
     began = time.perf_counter() if began is None else began
@@ -134,7 +141,7 @@ def read(
     shown: list[str | None] = []  # the pieces drawn last
     parts: list[str] = []  # an appended stream's deltas
     kind: Kind | None = None
-    count = filled = 0
+    count = 0
     usage: dict[str, Any] = {}
     finish: str | None = None
     metadata: dict[str, Any] = {}
@@ -156,7 +163,7 @@ def read(
             if event == "frame":
                 count += 1
                 first = elapsed if first is None else first
-                yield Update(wire_frame(extension.get("frame")))
+                yield Drawn(wire_frame(extension.get("frame")))
             elif event == "finished":
                 text = str(extension.get("code", piece or ""))
                 metadata = extension["metadata"] if isinstance(extension.get("metadata"), dict) else {}
@@ -165,21 +172,15 @@ def read(
             continue
         count += 1
         first = elapsed if first is None else first
-        if kind == "append":  # re-split only the last piece and the delta (a word may go on)
+        if kind == "append":
             parts.append(piece)
-            start = max(len(shown) - 1, 0)
-            redo = pieces("".join(p or "" for p in shown[start:]) + piece)
-            kept = start + 1 if shown and redo and redo[0] == shown[-1] else start
-            fresh = frozenset(range(kept, start + len(redo)))
-            shown[start:] = redo
         else:
             text = piece
-            now = pieces(text, masks=True)
-            fresh = changed(shown, now)
-            shown = now
-        filled += len(fresh)
-        masked = sum(1 for p in shown if p is None) if kind != "append" else 0
-        yield Update(Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language))
+        shown, fresh = redrawn(shown, piece, kind == "append")
+        masked = sum(1 for p in shown if p is None)
+        filled = sum(1 for p in shown if p)  # the tokens on screen, as the summary line counts them
+        frame = Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language)
+        yield Drawn(replace(frame, unit="chunk"))
     if kind == "append":
         text = "".join(parts)
     if not empty_ok and (kind is None or not text.strip()):

@@ -131,7 +131,7 @@ def build(out: Path, vocab_size: int, include_packages: bool = True, tokenizer_f
         encode_units(tokenizer, units).save(out / f"{split}.npz")
 
 
-class Batcher:
+class TrainingBatches:
     """Random batches of formatted examples for both training phases."""
 
     def __init__(self, examples: Examples, tokenizer: Tokenizer, seed: int) -> None:

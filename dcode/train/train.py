@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from dcode.train.data import Batcher, Examples
+from dcode.train.data import Examples, TrainingBatches
 from dcode.train.tokenizer import EOS, MASK, PAD, special_id
 
 SAVE_EVERY = 600  # seconds between checkpoints even when no validation is due (BD steps are slow)
@@ -177,7 +177,7 @@ class Trainer:
         self.device = torch.device(device)
         self.tokenizer = Tokenizer.from_file(str(data / "tokenizer" / "tokenizer.json"))
         self.ids = {t: special_id(self.tokenizer, t) for t in (PAD, EOS, MASK)}
-        self.train = Batcher(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
+        self.train = TrainingBatches(Examples.load(data / "train.npz"), self.tokenizer, cfg.seed)
         self.valid = Examples.load(data / "valid.npz")
         torch.manual_seed(cfg.seed)
         checkpoint = run / "checkpoint.pt"
@@ -268,7 +268,7 @@ class Trainer:
         live = {k: v.clone() for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(self.ema if ema else live)
         self.model.eval()
-        batcher = Batcher(self.valid, self.tokenizer, seed=1234)
+        batcher = TrainingBatches(self.valid, self.tokenizer, seed=1234)
         gen = torch.Generator().manual_seed(1234)
         ar, bd = [], []
         for _ in range(rows // 16):

@@ -1,0 +1,76 @@
+"""A local model from the options: the device, the weights, the sampler settings and the family's
+defaults merged into them. torch and transformers are imported here, inside the functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from dcode.cli.app import RUNTIME, USAGE, fail
+from dcode.config import SamplerConfig, merge_family_defaults
+from dcode.options import SAMPLER, fields_set_by, sampler_settings
+
+if TYPE_CHECKING:
+    from dcode.models import Denoiser
+
+
+def pick_device(name: str) -> tuple[object, object]:
+    """(torch.device, dtype) for --device; a requested device that is absent is an error."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is available", USAGE)
+    if name == "mps" and not torch.backends.mps.is_available():
+        fail("--device mps: no Apple GPU is available", USAGE)
+    if name not in ("cpu", "cuda", "mps"):
+        fail(f"unknown --device {name!r} (choose from auto, cpu, cuda, mps)", USAGE)
+    dtype = torch.bfloat16 if name == "cuda" else torch.float32
+    return torch.device(name), dtype
+
+
+def load_model(spec: str | None, device: str) -> Denoiser:
+    from dcode.models import ModelError, load
+
+    where, dtype = pick_device(device)
+    try:
+        return load(spec, where, dtype)  # type: ignore[arg-type]
+    except ModelError as error:
+        fail(str(error), USAGE)
+    except OSError as error:
+        fail(f"cannot load model {spec or 'dcode-tiny'}: {error}", RUNTIME)
+
+
+def sampler_config(params: Mapping[str, Any]) -> SamplerConfig:
+    """The sampler options among a command's parameters (by name, see dcode.options.SAMPLER) as a
+    SamplerConfig; options a command does not have keep their defaults. A bad value is a usage
+    error before any model loads."""
+    try:
+        return sampler_settings(params)
+    except ValueError as error:
+        fail(str(error), USAGE)
+
+
+def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
+    """SamplerConfig fields the user set, on the command line or through a DCODE_* variable."""
+    given = []
+    for option in SAMPLER:
+        source = ctx.get_parameter_source(option.name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.append(option.name)
+    return fields_set_by(given)
+
+
+def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
+    """`config` with the model family's recommended settings for every option the user left unset;
+    without `--strategy`, a rule's own option set alone picks that rule."""
+    try:
+        config = merge_family_defaults(config, explicit_sampler_fields(ctx), denoiser.facts.defaults)
+    except ValueError as error:
+        fail(f"{denoiser.facts.name}: {error}", USAGE)
+    if config.rule == "verify" and denoiser.facts.noise != "mask":
+        fail(f"{denoiser.facts.name}: the verify strategy needs a masked-diffusion model", USAGE)
+    return config

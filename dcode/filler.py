@@ -1,0 +1,94 @@
+"""What fills masked spans given their context: the protocol the flows of dcode.flows run over.
+
+Two fillers satisfy it: dcode.pipeline.ModelFiller (the local sampler over a token canvas) and
+dcode.remote.filler.EndpointFiller (a served model: fill in the middle where the server takes a
+`suffix`, chat otherwise). A filler yields the events of dcode.events while it works (Started, then
+Steps or Drawn frames) and returns (StopIteration's value) what it wrote. Everything else - which
+spans a repair rewrites, judging a fill, splicing, checking, the result records - is the flows'.
+
+Imports nothing heavy and nothing above dcode.events. Knows nothing about argv, files or the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from dcode.events import Event, Span, Unit
+
+if TYPE_CHECKING:
+    from dcode.spans import Origin
+    from dcode.syntax import Issue
+
+
+class FillError(RuntimeError):
+    """A filler could not answer (a server failed mid-way, or its fill repeats the text after it):
+    one line. A repair pass that meets one stops and keeps the best text it had."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What a filler wrote for a whole answer (new) or one region (edit), and its counters."""
+
+    text: str  # as written: a new file's code, or a region's text before it is fitted to its lines
+    prompt_tokens: int  # tokens of the request (a server's usage; 0 when it sent none)
+    tokens: int  # tokens written (end and pad tokens dropped; a server's usage, else the text's pieces)
+    masks: int  # positions it had to fill (a server: the max_tokens asked)
+    forward: int  # forward passes (a plain server: streamed chunks)
+    seconds: float
+    unit: Unit = "pass"
+    context_tokens: int | None = None  # an edit: tokens of the file around the region on the canvas
+    region_tokens: int | None = None  # an edit: tokens of the region before the edit
+    extra: dict[str, object] = field(default_factory=dict)  # the filler's own --json keys
+    checked: bool = False  # the filler already ran a repair of its own (a dcode server did)
+
+
+@dataclass(frozen=True)
+class Fills:
+    """What a repair try wrote: one text per span of its plan, in order."""
+
+    texts: list[str]
+    forward: int  # passes (or chunks) the try took
+    tokens: int  # tokens re-masked (a server: tokens it wrote)
+    masks: int  # masks placed (a server: max tokens asked)
+
+
+class Plan(Protocol):
+    """A repair round's spans as the filler will fill them (a local plan snaps them to tokens)."""
+
+    @property
+    def spans(self) -> tuple[Span, ...]: ...
+
+
+class Filler(Protocol):
+    """Something that fills masked spans given their context. `model` names it in the summary
+    line, `device` in the live view's status bar; `unit` is what its forward count counts."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def unit(self) -> Unit: ...
+
+    def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
+        """A whole new file for `request`, at most `length` tokens (`repair`: the flow will repair it)."""
+        ...
+
+    def region(
+        self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
+    ) -> Generator[Event, None, Draft]:
+        """The new text of the byte span `region` of source, as `instruction` asks."""
+        ...
+
+    def plan(
+        self, text: str, spans: Sequence[tuple[int, int, str]], request: str, language: str, blamed: Sequence[Issue]
+    ) -> Plan | str:
+        """A repair round's byte spans (start, end, reason) made ready to fill, or why they cannot
+        be (a one-line note). `request` is what the text was written for; `blamed`, the issues."""
+        ...
+
+    def fill(self, plan: Plan, round_attempt: tuple[int, int], origin: Origin) -> Generator[Event, None, Fills]:
+        """One try (round, attempt) of a repair round: a new text for each span of `plan`."""
+        ...
