@@ -67,7 +67,7 @@ class KVCache:
                 layer.values = layer.values[:1].expand(rows, -1, -1, -1)
 
 
-class WindowCache:
+class ApproxKVCache:
     """Fast-dLLM's approximate cache for full attention (Wu et al. 2025, "Fast-dLLM", sec. 3.2):
     keys/values of every canvas position outside a window [lo, hi), taken from one full pass
     (DecoderDenoiser.refresh) and reused by the passes that feed the window alone
@@ -134,12 +134,12 @@ class DecoderDenoiser:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""
         return KVCache(self.model.config) if self.facts.block is not None else None
 
-    def new_window_cache(self) -> WindowCache | None:
+    def new_window_cache(self) -> ApproxKVCache | None:
         """Fast-dLLM's approximate cache, for full attention only (block-causal models have an exact one)."""
-        return WindowCache(self.model.config) if self.facts.block is None else None
+        return ApproxKVCache(self.model.config) if self.facts.block is None else None
 
     @torch.inference_mode()
-    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: WindowCache) -> torch.Tensor:
+    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: ApproxKVCache) -> torch.Tensor:
         """One full pass over the canvas ids (B, L) -> logits (B, L, V); the cache keeps the keys/values
         of every position outside window = [lo, hi) for the window passes that follow."""
         lo, hi = window
@@ -149,7 +149,7 @@ class DecoderDenoiser:
         return logits
 
     @torch.inference_mode()
-    def window(self, ids: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+    def window(self, ids: torch.Tensor, cache: ApproxKVCache) -> torch.Tensor:
         """ids (B, hi - lo): the canvas in the cache's window -> logits (B, hi - lo, V), every other
         position read from the cache (left as it was: the window's keys/values are dropped again)."""
         lo, hi = cache.window

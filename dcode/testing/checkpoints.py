@@ -17,7 +17,7 @@ config.json (OLMo keys) and its modeling_llada.py names; JetAstra/SDAR training/
 names with q/k/v biases, bd_size 32, |<MASK>| 151665 in the tokenizer, stop 151645);
 transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained).
 
-Lives beside the tokenizer trainer it uses (the qwen2 format's tokenizer is dcode-tiny's). Imports
+Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
 """
 
