@@ -108,10 +108,20 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def reference_logits(
-    folder: Path, names: Names, ids: torch.Tensor, eps: float, theta: float, block: int | None = None
+    folder: Path,
+    names: Names,
+    ids: torch.Tensor,
+    eps: float,
+    theta: float,
+    block: int | None = None,
+    *,
+    origin: int = 0,
+    positions: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ids (L,) -> logits (L, V) of the unshifted stack: RMSNorm, RoPE, GQA attention (no mask, or
-    block-causal: query q sees key k iff k // block <= q // block), SwiGLU."""
+    block-causal: query q sees key k iff (k - origin) // block <= (q - origin) // block), SwiGLU.
+    positions (L,) and allowed (L, L) replace the rotary positions 0..L-1 and that mask."""
     w = all_weights(folder)
     head_dim, length = HIDDEN // HEADS, len(ids)
     kv_heads = w[names.k.format(0) + ".weight"].shape[0] // head_dim
@@ -121,12 +131,14 @@ def reference_logits(
 
     # Rotary embeddings: angle(p, j) = p / theta^(2j / d), the same angles on both halves.
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (d/2,)
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]  # (L, d/2)
+    position = torch.arange(length) if positions is None else positions
+    angles = position.double()[:, None] * inv_freq[None]  # (L, d/2)
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()  # (L, d)
-    position = torch.arange(length)
-    allowed = torch.ones(length, length, dtype=torch.bool)
-    if block is not None:
-        allowed = position[None, :] // block <= position[:, None] // block  # (L, L): row q, column k
+    if allowed is None:
+        allowed = torch.ones(length, length, dtype=torch.bool)
+        if block is not None:
+            blocks = (torch.arange(length) - origin).div(block, rounding_mode="floor")
+            allowed = blocks[None, :] <= blocks[:, None]  # (L, L): row q, column k
 
     x = w[names.embed][ids]  # (L, H)
     for i in range(LAYERS):
@@ -426,7 +438,7 @@ def test_unknown_and_not_yet_supported_model_types(llada_folder: Path, tmp_path:
     edit_config(folder, model_type="mamba", architectures=["MambaForCausalLM"], auto_map=...)
     assert one_line_error(str(folder)) == (
         f"{folder}: unsupported model_type 'mamba' "
-        "(supported: diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar)"
+        "(supported: a2d, diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar)"
     )
     edit_config(folder, model_type="diffusion_gemma")
     assert "uniform-noise diffusion" in one_line_error(str(folder))

@@ -71,6 +71,7 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "noise": facts.noise,
         "shifted": facts.shifted,
         "block": facts.block,
+        "block_origin": facts.block_origin,
         "max_length": facts.max_length,
         "vocab_size": facts.vocab_size,
     }
@@ -89,6 +90,8 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
     assert isinstance(ends, list)
     mask = "none: uniform noise" if facts["mask"] is None else show(facts["mask"])
     block = facts["block"] or "none (full attention)"
+    if facts["block"] and facts.get("block_origin") == "answer":
+        block = f"{block} from the answer"  # blocks start where the answer does, not at position 0
     return [
         f"  end of answer: {', '.join(show(t) for t in ends) or 'none'}",
         f"  pad: {show(facts['pad'])}   mask: {mask}",

@@ -61,6 +61,10 @@ FAMILIES = {
     "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),  # dcode's own format (dcode-tiny)
     "sdar": Family("sdar", frozenset({"sdar"}), frozenset({"SDARForCausalLM"})),
     "fast_dllm_v2": Family("fast_dllm", frozenset({"fast_dllm_qwen"}), frozenset({"Fast_dLLM_QwenForCausalLM"})),
+    # Tiny-A2D: Qwen2 / Qwen3 converted from autoregressive (dllm's A2DQwen{2,3}LMHeadModel).
+    "a2d": Family(
+        "a2d", frozenset({"a2d-qwen2", "a2d-qwen3"}), frozenset({"A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"})
+    ),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})

@@ -104,22 +104,24 @@ class DecoderDenoiser:
     facts: ModelFacts
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, cache: KVCache | None = None, *, origin: int = 0) -> torch.Tensor:
         """ids (B, L) at canvas positions [P, P+L) where P = cache.length -> logits (B, L, V).
+        origin: where the attention blocks start (facts.block_origin "answer": the answer's first position).
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
         if cache is not None:
             cache.widen(ids.shape[0])
-        return self.forward(ids, cache.length if cache is not None else 0, cache.inner if cache is not None else None)
+        start = cache.length if cache is not None else 0
+        return self.forward(ids, start, cache.inner if cache is not None else None, origin=origin)
 
     def forward(
-        self, ids: torch.Tensor, start: int, cache: DynamicCache | None, keys: int | None = None
+        self, ids: torch.Tensor, start: int, cache: DynamicCache | None, keys: int | None = None, origin: int = 0
     ) -> torch.Tensor:
         """ids (B, n) at canvas positions [start, start+n), attending to `keys` keys (default
         start + n: every cached position and the new ones) -> logits (B, n, V) in float32."""
         length = ids.shape[1]
-        mask = block_causal_mask(start, length, keys or start + length, self.facts.block, ids.device)
+        mask = block_causal_mask(start, length, keys or start + length, self.facts.block, ids.device, origin)
         positions = torch.arange(start, start + length, device=ids.device)[None]
         out = self.model(
             input_ids=ids,
@@ -260,6 +262,7 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     empty tokenizer).
     """
     require_tokenizer(folder)
+    quiet_transformers()  # AutoTokenizer warns about any model_type it does not know
     try:
         if tokenizer_class is None:
             settings = settings_of(folder)

@@ -16,6 +16,10 @@ Sources of the facts (the released files and reference code, read to understand)
 - Fast-dLLM v2: model_type "Fast_dLLM_Qwen", bd_size 32, mask |<MASK>| 151665 in the tokenizer
   only, stops on 151645 (<|im_end|>); its modeling shifts logits by one position.
 - DiffusionGemma: transformers' generation_diffusion_gemma (no mask token: uniform noise).
+- Tiny-A2D (ZHZisZZ/dllm: dllm/pipelines/a2d/models/qwen{2,3}, dllm/core/samplers/bd3lm.py,
+  dllm/utils/models.py get_tokenizer): model_type "a2d-qwen2" / "a2d-qwen3" on Qwen2 / Qwen3
+  layers; mask_token "<|mask|>" added to the tokenizer (not in config.json), eot <|im_end|>;
+  bd3lm vs mdlm by the checkpoint's name only (block 32, blocks from the answer; full attention).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_optional_json
@@ -131,6 +135,10 @@ class Spec:
     vocab_keys: tuple[str, ...] = ("vocab_size",)  # the logits' width (the embedding rows)
     length_keys: tuple[str, ...] = ("max_position_embeddings",)
     default_length: int = 2048
+    # (word in the checkpoint's name, its attention block) where only the name tells them apart
+    # (Tiny-A2D: "bd3lm" block-causal, "mdlm" full attention); () = the block is in config.json.
+    named_blocks: tuple[tuple[str, int | None], ...] = ()
+    block_origin: Literal["zero", "answer"] = "zero"  # ModelFacts.block_origin of a block-causal checkpoint
 
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
@@ -158,6 +166,20 @@ SPECS = {
     "sdar": Spec(False, ("block_size",), "<|MASK|>", QWEN_TURN, default_length=32768),
     # Fast-dLLM v2: threshold 0.9 decoding in 32-token blocks (the CLI's default rule).
     "fast_dllm_v2": Spec(True, ("bd_size",), "|<MASK>|", QWEN_TURN, default_length=32768),
+    # Tiny-A2D (ZHZisZZ/dllm, dllm/pipelines/a2d; examples/a2d/{bd3lm,mdlm}/sample.py): logits at
+    # the same position (right_shift_logits False), <|mask|> added to the tokenizer, <|im_end|> as
+    # eot; greedy low-confidence remasking. bd3lm (BD3LMSampler): blocks of 32, the prompt
+    # left-padded to a block boundary, so blocks start where the answer does; mdlm: full attention.
+    "a2d": Spec(
+        False,
+        (),
+        "<|mask|>",
+        QWEN_TURN,
+        {"ordering": "confidence", "temperature": 0.0},
+        default_length=32768,
+        named_blocks=(("bd3lm", 32), ("mdlm", None)),
+        block_origin="answer",
+    ),
 }
 
 
@@ -188,6 +210,17 @@ def special_ids(
     return mask_id, frozenset(eos_ids), pad_id if pad_id is not None else mask_id
 
 
+def named_block(spec: Spec, folder: Path, name: str) -> int | None:
+    """The attention block a checkpoint's name says (Tiny-A2D's bd3lm and mdlm releases are alike
+    on disk): the last part of `name` (a Hugging Face id or a folder), else the folder's own name."""
+    label = (Path(name).name or folder.resolve().name).lower()
+    for word, block in spec.named_blocks:
+        if word in label:
+            return block
+    words = " or ".join(f"'{w}'" for w, _ in spec.named_blocks)
+    raise ModelError(f"{folder}: only the checkpoint's name says its attention here; name the folder with {words}")
+
+
 def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, name: str) -> ModelFacts:
     """The facts of a checkpoint of a mask-diffusion family; a mask id outside the vocabulary,
     or none at all, is a one-line ModelError."""
@@ -203,6 +236,7 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
     if not 0 <= mask_id < vocab_size:
         raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
     shifted = spec.shifted if spec.shifted is not None else bool(config.get("shifted_logits", True))
+    block = named_block(spec, folder, name) if spec.named_blocks else positive(config, spec.block_keys)
     return ModelFacts(
         name=name,
         family=family,
@@ -210,7 +244,8 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
         eos_ids=eos_ids,
         pad_id=pad_id,
         shifted=shifted,
-        block=positive(config, spec.block_keys),
+        block=block,
+        block_origin=spec.block_origin if block is not None else "zero",
         max_length=positive(config, spec.length_keys) or spec.default_length,
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),

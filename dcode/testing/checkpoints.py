@@ -15,7 +15,9 @@ config.json (OLMo keys) and its modeling_llada.py names; JetAstra/SDAR training/
 (configuration_sdar.py, modeling_sdar.py: Qwen3 names with q_norm / k_norm) and generate.py
 (eos [151645, 151643], <|MASK|> 151669); Fast-dLLM v2's configuration.py / modeling.py (Qwen2
 names with q/k/v biases, bd_size 32, |<MASK>| 151665 in the tokenizer, stop 151645);
-transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained).
+transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained); ZHZisZZ/dllm
+dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
+the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot).
 
 Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
@@ -24,14 +26,17 @@ torch when a writer runs (it draws the weights), never at import time.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-FAMILIES = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
+FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
+FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm")
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -532,6 +537,48 @@ def write_fast_dllm_v2(folder: Path, size: Size, device: torch.device, seed: int
     return count
 
 
+QWEN3_TEMPLATE = (  # Qwen3's: enable_thinking=false writes an empty think block (dllm's default)
+    QWEN_TEMPLATE.replace(
+        "{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+        "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}",
+    )
+)
+
+
+def write_a2d(folder: Path, size: Size, device: torch.device, seed: int, *, qwen3: bool = False) -> int:
+    """Tiny-A2D's format (dllm's convert.py + save_pretrained of A2DQwen{2,3}LMHeadModel): the
+    source Qwen's config keys under model_type "a2d-qwen2" / "a2d-qwen3", its weight names (Qwen2:
+    q/k/v biases; Qwen3: q_norm / k_norm, head_dim), the head tied as in Qwen2.5-Coder-0.5B and
+    Qwen3-0.6B; the tokenizer as Qwen ships it (vocab.json + merges.txt, Qwen2Tokenizer) with
+    <|mask|> added (dllm get_tokenizer) and named mask_token; eos [<|im_end|>, <|endoftext|>] in
+    generation_config.json. bd3lm or mdlm is the folder's name alone."""
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|mask|>"]
+    tokenizer = train_bpe(size, specials)
+    settings = {
+        "tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "mask_token": "<|mask|>", "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "chat_template": QWEN3_TEMPLATE if qwen3 else QWEN_TEMPLATE, "model_max_length": 32768,
+        "errors": "replace", "split_special_tokens": False,
+    }  # fmt: skip
+    ids = write_tokenizer(folder, tokenizer, settings, "vocab")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=False, qwen3=qwen3), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    kind = "Qwen3" if qwen3 else "Qwen2"
+    config = qwen_config(size, ids, tied=True) | {
+        "architectures": [f"A2D{kind}LMHeadModel"],
+        "model_type": f"a2d-{kind.lower()}",
+        "max_position_embeddings": size.max_positions,
+        "transformers_version": "4.57.1",
+    }
+    if qwen3:
+        config |= {"attention_bias": False, "head_dim": size.hidden // size.heads}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return count
+
+
 def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """transformers' own format (save_pretrained of DiffusionGemmaForBlockDiffusion: encoder,
     decoder and head tied, written once; generation_config.json), a small MoE text model, a
@@ -589,13 +636,18 @@ def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: 
     return sum(p.numel() for p in model.parameters())
 
 
-WRITERS = {
+WRITERS: dict[str, Callable[..., int]] = {
     "qwen2": write_qwen2,
     "dream": write_dream,
     "llada": write_llada,
     "sdar": write_sdar,
     "fast_dllm_v2": write_fast_dllm_v2,
     "diffusion_gemma": write_diffusion_gemma,
+    # Tiny-A2D: the name carries bd3lm / mdlm, as the released ids do
+    "a2d_qwen2_bd3lm": write_a2d,
+    "a2d_qwen2_mdlm": write_a2d,
+    "a2d_qwen3_bd3lm": partial(write_a2d, qwen3=True),
+    "a2d_qwen3_mdlm": partial(write_a2d, qwen3=True),
 }
 
 
