@@ -564,7 +564,7 @@ def fake_cache(tmp_path_factory: pytest.TempPathFactory, dream_sharded_folder: P
     cache = tmp_path_factory.mktemp("hub")
     cache_repo(cache, "org/dream-tiny", dream_sharded_folder)
     cache_repo(cache, "GSAI-ML/LLaDA-tiny", llada_folder)
-    cache_repo(cache, "org/bert", None, {"config.json": '{"model_type": "bert"}'})  # not a family: not listed
+    cache_repo(cache, "org/bert", None, {"config.json": '{"model_type": "bert"}'})  # not a family: listed, marked
     partial = cache_repo(cache, "org/dream-partial", dream_sharded_folder)
     (partial / "model-00003-of-00003.safetensors").unlink()  # an interrupted download
     config_only = cache_repo(cache, "org/llada-config-only", None)
@@ -598,10 +598,15 @@ def test_list_models_reads_the_cache(fake_cache: Path, dream_sharded_folder: Pat
     assert list(found) == [
         "dcode-tiny",
         "GSAI-ML/LLaDA-tiny",
+        "org/bert",
         "org/dream-partial",
         "org/dream-tiny",
         "org/llada-config-only",
     ]
+    assert [name for name, info in found.items() if info.problem is not None] == ["org/bert"]
+    assert found["org/bert"].problem == (
+        "unsupported model_type 'bert' (supported: a2d, diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar)"
+    )
     tiny = found["dcode-tiny"]
     assert (tiny.family, tiny.path, tiny.complete) == ("qwen2", models.EMBEDDED, True)
     exact = sum(math.prod(t.shape) for t in read_header(models.EMBEDDED / "model.safetensors").values())
@@ -631,4 +636,4 @@ def test_listing_imports_no_torch(fake_cache: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DCODE_")} | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "5 []"
+    assert done.stdout.strip() == "6 []"

@@ -123,7 +123,7 @@ def models_command(
     if ctx.invoked_subcommand is not None:
         return
     found = list_models()
-    facts = {i.name: beliefs(i.name, i.path) for i in found} if verbose else {}
+    facts = {i.name: beliefs(i.name, i.path) for i in found if i.problem is None} if verbose else {}
     if as_json:
         rows = [
             {
@@ -134,7 +134,8 @@ def models_command(
                 "size_bytes": i.size_bytes,
                 "complete": i.complete,
                 "path": str(i.path),
-                **({"facts": facts[i.name]} if verbose else {}),
+                **({"error": i.problem} if i.problem is not None else {}),
+                **({"facts": facts[i.name]} if verbose and i.problem is None else {}),
             }
             for i in found
         ]
@@ -143,11 +144,13 @@ def models_command(
     table = [("NAME", "FAMILY", "PARAMS", "DTYPE", "SIZE", "")]
     for i in found:
         note = "" if i.complete else f"incomplete: run `dcode models pull {i.name}`"
+        if i.problem is not None:
+            note = f"cannot load: {i.problem}"
         table.append((i.name, i.family, human_count(i.parameters), i.dtype or "-", human_bytes(i.size_bytes), note))
     widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
     for number, row in enumerate(table):
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-        if verbose and number > 0:
+        if verbose and number > 0 and row[0] in facts:
             for line in belief_lines(facts[row[0]]):
                 typer.echo(line)
 

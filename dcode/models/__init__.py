@@ -182,6 +182,19 @@ class ModelInfo:
     dtype: str | None  # the weights' dtype as torch names it ("bfloat16"); None without weights
     size_bytes: int  # bytes of the weight files present
     complete: bool  # every weight file is there and whole (False: an interrupted download)
+    problem: str | None = None  # why load() refuses it (a cached model listed all the same); None: loadable
+
+
+def unloadable(name: str, folder: Path, error: ModelError) -> ModelInfo:
+    """A cached model load() refuses, with the reason (its folder's path left out of the message)."""
+    reason = str(error)
+    for prefix in (f"{folder / 'config.json'}: ", f"{folder / 'config.json'} ", f"{folder}: ", f"{folder} "):
+        if reason.startswith(prefix):
+            reason = reason[len(prefix) :]
+            break
+    files = [p for p in folder.glob("*.safetensors") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return ModelInfo(name, folder, "?", None, None, size, complete=False, problem=reason)
 
 
 def model_info(name: str, folder: Path) -> ModelInfo:
@@ -215,13 +228,18 @@ def read_facts(name: str, folder: Path) -> ModelFacts:
 
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
-    """The embedded model, then every checkpoint of a supported family in the Hugging Face cache
-    (`cache_dir`, default huggingface_hub's), by id. Reads config.json and safetensors headers only."""
+    """The embedded model, then every model in the Hugging Face cache (`cache_dir`, default
+    huggingface_hub's), by id; one that load() would refuse (another kind of model, a config.json
+    that is not JSON, no tokenizer files) has `problem` set. Reads config.json and safetensors
+    headers only."""
     found = [model_info(EMBEDDED_NAME, EMBEDDED)]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     for repo_id, snapshot in checkpoint.cached_repos(cache):
         try:
-            found.append(model_info(repo_id, snapshot))
-        except ModelError:  # another library's model, or a config.json that is not JSON
-            continue
+            info = model_info(repo_id, snapshot)
+            if info.complete:  # an interrupted download says so instead
+                facts.require_tokenizer(snapshot)
+        except ModelError as error:
+            info = unloadable(repo_id, snapshot, error)
+        found.append(info)
     return found

@@ -32,7 +32,7 @@ from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import need, read_headers
-from dcode.models.facts import STATE, require_tokenizer
+from dcode.models.facts import STATE, TokenTable, require_tokenizer
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
 from dcode.models.plain_tokenizer import settings_of
 
@@ -266,7 +266,10 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     try:
         if tokenizer_class is None:
             settings = settings_of(folder)
-            if "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
+            if not (folder / "tokenizer.json").is_file() and (folder / "merges.txt").is_file():
+                if settings.get("tokenizer_class") in (None, "PreTrainedTokenizerFast") or "auto_map" in settings:
+                    tokenizer_class = byte_level_class(folder)
+            elif "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
                 tokenizer_class = PreTrainedTokenizerFast
         if tokenizer_class is None:
             tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
@@ -277,6 +280,16 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     if not tokenizer.get_vocab():
         raise ModelError(f"{folder}: the tokenizer files hold no tokens")
     return tokenizer
+
+
+def byte_level_class(folder: Path) -> Any:
+    """The transformers class that builds a GPT-2-style byte-level BPE from vocab.json + merges.txt
+    on the `tokenizers` library alone (AutoTokenizer, given no class it knows, would try a slow
+    tokenizer and ask for sentencepiece or tiktoken): Qwen2Tokenizer, Qwen's pre-tokenizer, for a
+    Qwen vocabulary (<|im_start|> among its tokens, as Qwen-based releases ship it), else GPT2Tokenizer."""
+    from transformers import GPT2Tokenizer, Qwen2Tokenizer
+
+    return Qwen2Tokenizer if "<|im_start|>" in TokenTable(folder).get_vocab() else GPT2Tokenizer
 
 
 # config.json keys that mean the same in Qwen2Config (copied when set, transformers' defaults otherwise).

@@ -87,6 +87,7 @@ class TokenTable:
         elif (folder / "vocab.json").is_file():
             vocab.update(read_optional_json(folder / "vocab.json"))
         added = [(t.get("id"), t.get("content")) for t in whole.get("added_tokens") or [] if isinstance(t, dict)]
+        added += [(i, t) for t, i in read_optional_json(folder / "added_tokens.json").items()]  # Qwen's releases
         settings = read_optional_json(folder / "tokenizer_config.json")
         decoder = settings.get("added_tokens_decoder") or {}
         added += [(int(i), token_text(t)) for i, t in decoder.items() if str(i).isdigit()]

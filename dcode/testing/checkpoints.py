@@ -146,7 +146,7 @@ def train_bpe(size: Size, specials: list[str]):  # -> tokenizers.Tokenizer
 
 
 def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict[str, int]:
-    """tokenizer.json ("json") or Qwen2's vocab.json + merges.txt ("vocab"), and a
+    """tokenizer.json ("json") or Qwen2's vocab.json + merges.txt + added_tokens.json ("vocab"), and a
     tokenizer_config.json declaring every special token. Returns special token -> id."""
     from dcode.train.tokenizer import SPECIAL_TOKENS
 
@@ -159,6 +159,8 @@ def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict
         (folder / "vocab.json").write_text(json.dumps(model["vocab"]))
         merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
         (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+        added_ids = {t: ids[t] for t in added}  # Qwen's releases ship added_tokens.json beside them
+        (folder / "added_tokens.json").write_text(json.dumps(added_ids, indent=2) + "\n")
     decoder = {
         str(i): {
             "content": t,
