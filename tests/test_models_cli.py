@@ -114,7 +114,8 @@ def test_pull_errors(hub):
         "dcode: error: no model org/nope on the Hugging Face Hub (if it is private: `hf auth login`)\n",
     )
     r = run(ns, ["models", "pull", "../etc"])
-    assert (r.exit_code, r.stderr) == (2, "dcode: error: not a Hugging Face id (org/name): ../etc\n")
+    message = "neither a name from `dcode models available` nor a Hugging Face id (org/name): ../etc"
+    assert (r.exit_code, r.stderr) == (2, f"dcode: error: {message}\n")
     r = CliRunner().invoke(cli.app, ["new", "x", "--model", "org/llada"])
     assert r.exit_code == 2 and "run `dcode models pull org/llada` to download it" in r.stderr, r.stderr
 

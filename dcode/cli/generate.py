@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -105,6 +106,10 @@ def new(
         sys.stdout.flush()
     if not quiet:
         typer.echo(summary_line(metadata, name), err=True)
+    from dcode.models.catalogue import hint  # which model to pull, when dcode-tiny answered on a terminal
+
+    if line := hint(name, terminal=sys.stderr.isatty(), as_json=as_json, quiet=quiet, env=os.environ):
+        typer.echo(line, err=True)
     if finished.syntax_errors:
         where = target or "the output"
         typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)

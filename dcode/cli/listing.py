@@ -155,19 +155,71 @@ def models_command(
                 typer.echo(line)
 
 
+def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
+    """catalogue.rows() as the cells of `dcode models available`."""
+
+    def score(value: object) -> str:
+        return f"{value:.1f}" if isinstance(value, float) else "-"
+
+    table: list[tuple[str, ...]] = [
+        ("NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS")
+    ]
+    for r in rows:
+        memory = r["memory_gb"]
+        assert isinstance(memory, dict)
+        family = str(r["family"]) if r["loads"] else "not yet"
+        cells = (str(r["name"]), str(r["id"]), family, f"{r['parameters_b']}B", f"{r['download_gb']} GB")
+        table.append(
+            (*cells, str(r["licence"]), f"{memory['bfloat16']:.1f} GB", f"{memory['float32']:.1f} GB")
+            + (f"{score(r['humaneval'])}/{score(r['mbpp'])}", str(r["fits"]))
+        )
+    return table
+
+
+@models_app.command("available")
+def models_available(
+    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
+) -> None:
+    """The released diffusion code models dcode knows by name (pull one with `dcode models pull
+    NAME`, run it with --model NAME): size, licence, the authors' HumanEval/MBPP pass@1, the
+    memory its weights take, and whether that fits this machine's RAM or GPU. Works offline."""
+    import json
+
+    from dcode.models import catalogue
+
+    ram, gpu = catalogue.ram_gb(), catalogue.gpu_gb()
+    rows = catalogue.rows(ram, gpu)
+    if as_json:
+        machine = {"ram_gb": round(ram, 1) if ram else None, "gpu_gb": round(gpu, 1) if gpu else None}
+        typer.echo(json.dumps({"machine": machine, "models": rows}, indent=2))
+        raise typer.Exit(OK)
+    table = available_table(rows)
+    widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
+    for row in table:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    memory = f"{ram:.1f} GB of RAM" if ram else "RAM unknown"
+    typer.echo(f"dcode: this machine: {memory}, {f'a {gpu:.1f} GB GPU' if gpu else 'no GPU'}", err=True)
+
+
 @models_app.command("pull")
 def models_pull(
-    model_id: Annotated[str, typer.Argument(help="Hugging Face id, e.g. Dream-org/Dream-Coder-v0-Instruct-7B.")],
+    model_id: Annotated[
+        str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")
+    ],
     revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit (default: main).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
 ) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
-    from dcode.models import ModelError, checkpoint, model_info, require_family
+    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family
 
     # 1) validate without the network
+    entry = catalogue.find(model_id)
+    if entry is not None and not entry.family:
+        fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)
+    model_id = entry.repo_id if entry is not None else model_id
     if not checkpoint.is_repo_id(model_id):
-        fail(f"not a Hugging Face id (org/name): {model_id}", USAGE)
+        fail(f"neither a name from `dcode models available` nor a Hugging Face id (org/name): {model_id}", USAGE)
 
     import huggingface_hub
     from huggingface_hub import errors as hub_errors

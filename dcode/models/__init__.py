@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dcode.models import checkpoint, facts
+from dcode.models import catalogue, checkpoint, facts
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 
 if TYPE_CHECKING:
@@ -115,7 +115,8 @@ def default_cache_dir() -> Path:
 
 def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path, str]:
     """A model spec -> (local folder, display name). None or 'dcode-tiny' is the embedded model; an
-    existing path is a folder; 'org/name' is looked up in the Hugging Face cache (`cache_dir`,
+    existing path is a folder; a catalogue name (`dcode models available`) stands for its id;
+    'org/name' is looked up in the Hugging Face cache (`cache_dir`,
     default huggingface_hub's), never downloaded."""
     if spec is None or spec == EMBEDDED_NAME:
         return EMBEDDED, EMBEDDED_NAME
@@ -124,6 +125,9 @@ def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path
         if not folder.is_dir():
             raise ModelError(f"--model must be a folder holding config.json, got a file: {spec}")
         return folder, spec
+    entry = catalogue.BY_NAME.get(spec)
+    if entry is not None:  # a short name: its id, which says what the files do not (bd3lm, mdlm)
+        spec = entry.repo_id
     if checkpoint.is_repo_id(spec):
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         snapshot = checkpoint.cached_snapshot(cache, spec)
