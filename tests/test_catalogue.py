@@ -38,7 +38,7 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.49B", "0.99"]
     assert coder[6:] == ["Apache-2.0", "1.0", "GB", "2.0", "GB", "39.0/33.2", "RAM", "(float32)"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert "not yet" in rows["coda-1.7b"] and "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
+    assert "not yet" in rows["wedlm-8b"] and "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
     assert result.stderr == "dcode: this machine: 8.0 GB of RAM, no GPU\n"
 

@@ -20,6 +20,8 @@ Sources of the facts (the released files and reference code, read to understand)
   dllm/utils/models.py get_tokenizer): model_type "a2d-qwen2" / "a2d-qwen3" on Qwen2 / Qwen3
   layers; mask_token "<|mask|>" added to the tokenizer (not in config.json), eot <|im_end|>;
   bd3lm vs mdlm by the checkpoint's name only (block 32, blocks from the answer; full attention).
+- CoDA (SalesforceAIResearch/CoDA, CoDALanguageModel/ config.json, generation_config.json,
+  modeling_coda.py, attention.py, generation_utils.py; README's serving defaults): see SPECS["coda"].
 """
 
 from __future__ import annotations
@@ -140,6 +142,9 @@ class Spec:
     # (Tiny-A2D: "bd3lm" block-causal, "mdlm" full attention); () = the block is in config.json.
     named_blocks: tuple[tuple[str, int | None], ...] = ()
     block_origin: Literal["zero", "answer"] = "zero"  # ModelFacts.block_origin of a block-causal checkpoint
+    # generation_config.json's Dream-style `alg` -> the ordering it means (CoDA); an alg missing
+    # from ALG_ORDERINGS leaves `defaults` as they are (facts.alg_note says so).
+    reads_alg: bool = False
 
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
@@ -181,7 +186,29 @@ SPECS = {
         named_blocks=(("bd3lm", 32), ("mdlm", None)),
         block_origin="answer",
     ),
+    # CoDA (SalesforceAIResearch/CoDA, CoDALanguageModel/): Qwen3 layers, bidirectional (sdpa with
+    # is_causal False, no mask), logits shifted (generation_utils.py: cat([l[:, :1], l[:, :-1]])),
+    # mask_token_id 151669 (<|mask|>) in config.json, eos <|im_end|>; its serving defaults (README:
+    # ALG entropy, TEMPERATURE 0, BLOCK_LENGTH 32) unless generation_config's alg says otherwise.
+    "coda": Spec(
+        True,
+        (),
+        "<|mask|>",
+        QWEN_TURN,
+        {"ordering": "entropy", "temperature": 0.0, "block": 32},
+        default_length=40960,
+        reads_alg=True,
+    ),
 }
+# Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
+# CoDA's release says "original", which its own sampler rejects ("Unknown alg"): not mapped.
+ALG_ORDERINGS = {"origin": "random", "maskgit_plus": "confidence", "topk_margin": "margin", "entropy": "entropy"}
+
+
+def alg_defaults(spec: Spec, generation: Mapping[str, Any]) -> dict[str, object]:
+    """The family's defaults, with the ordering generation_config.json's `alg` names where dcode has it."""
+    ordering = ALG_ORDERINGS.get(str(generation.get("alg"))) if spec.reads_alg else None
+    return {**spec.defaults, **({"ordering": ordering} if ordering else {})}
 
 
 def positive(config: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -250,7 +277,7 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
         max_length=positive(config, spec.length_keys) or spec.default_length,
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),
-        defaults={**spec.defaults, **(config.get("dcode_defaults") or {})},
+        defaults={**alg_defaults(spec, generation), **(config.get("dcode_defaults") or {})},
     )
 
 

@@ -17,7 +17,9 @@ config.json (OLMo keys) and its modeling_llada.py names; JetAstra/SDAR training/
 names with q/k/v biases, bd_size 32, |<MASK>| 151665 in the tokenizer, stop 151645);
 transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained); ZHZisZZ/dllm
 dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
-the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot).
+the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot);
+SalesforceAIResearch/CoDA CoDALanguageModel/ (config.json, generation_config.json,
+tokenizer_config.json, modeling_coda.py).
 
 Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     import torch
 
 FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
-FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm")
+FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda")
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -581,6 +583,41 @@ def write_a2d(folder: Path, size: Size, device: torch.device, seed: int, *, qwen
     return count
 
 
+def write_coda(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """CoDA-v0-Instruct's format (SalesforceAIResearch/CoDA, CoDALanguageModel/): model_type "CoDA"
+    with its auto_map and training keys, Qwen3 names (q_norm / k_norm, no biases, head_dim), an
+    own lm_head, mask_token_id in config.json and pad 151643's token; tokenizer.json plus
+    vocab.json / merges.txt (Qwen2Tokenizer, mask_token <|mask|>, eos and bos <|im_end|>);
+    generation_config.json with the alg "original" it ships."""
+    ids = qwen_chat_tokenizer(folder, size, ["<|mask|>"], "Qwen2Tokenizer")
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings |= {"mask_token": "<|mask|>", "bos_token": "<|im_end|>", "padding_side": "right"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    config = {
+        k: v
+        for k, v in qwen_config(size, ids, tied=False).items()
+        if k not in ("tie_word_embeddings", "bos_token_id", "eos_token_id")
+    }
+    config |= {
+        "architectures": ["CoDALanguageModel"],
+        "auto_map": {"AutoConfig": "model_config.CoDAConfig", "AutoModel": "modeling_coda.CoDALanguageModel"},
+        "attention_bias": False, "attention_kernel": "flash_attention",
+        "block_masking_probability": [0.25, 0.5, 0.5, 0.75, 0.25],
+        "head_dim": size.hidden // size.heads, "mask_block_sizes": [4, 8, 16, 32], "mask_token_id": ids["<|mask|>"],
+        "model_type": "CoDA", "pad_token_id": ids["<|endoftext|>"], "prefix_probability": 0,
+        "sampling_eps": [0.001, 0.25, 0.5, 0.25, 0.001], "truncate_probability": 0, "transformers_version": "4.47.1",
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {
+        "alg": "original", "alg_temp": 0.2, "diffusion_steps": 10, "eps": 0.001, "mask_token_id": ids["<|mask|>"],
+        "max_tokens": 256, "output_history": False, "top_k": None, "top_p": None,
+    }  # fmt: skip
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return count
+
+
 def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """transformers' own format (save_pretrained of DiffusionGemmaForBlockDiffusion: encoder,
     decoder and head tied, written once; generation_config.json), a small MoE text model, a
@@ -650,6 +687,7 @@ WRITERS: dict[str, Callable[..., int]] = {
     "a2d_qwen2_mdlm": write_a2d,
     "a2d_qwen3_bd3lm": partial(write_a2d, qwen3=True),
     "a2d_qwen3_mdlm": partial(write_a2d, qwen3=True),
+    "coda": write_coda,
 }
 
 
