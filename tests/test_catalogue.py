@@ -38,7 +38,7 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.49B", "0.99"]
     assert coder[6:] == ["Apache-2.0", "1.0", "GB", "2.0", "GB", "39.0/33.2", "RAM", "(float32)"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert "not yet" in rows["wedlm-8b"] and "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
+    assert "not yet" in rows["stable-diffcoder-8b"] and "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
     assert result.stderr == "dcode: this machine: 8.0 GB of RAM, no GPU\n"
 
@@ -107,12 +107,10 @@ def test_pull_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_pull_refuses_a_family_dcode_does_not_load_before_the_network() -> None:
-    result = CliRunner().invoke(app, ["models", "pull", "wedlm-8b"], prog_name="dcode")
+    result = CliRunner().invoke(app, ["models", "pull", "llada2-mini"], prog_name="dcode")
     assert result.exit_code == 2
-    assert (
-        result.stderr
-        == "dcode: error: tencent/WeDLM-8B-Instruct: dcode does not load wedlm-8b yet (see docs/models.md)\n"
-    )
+    want = "inclusionAI/LLaDA2.0-mini: dcode does not load llada2-mini yet (see docs/models.md)"
+    assert result.stderr == f"dcode: error: {want}\n"
 
 
 def test_hint_names_the_model_to_pull_only_on_a_terminal() -> None:

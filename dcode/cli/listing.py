@@ -72,6 +72,7 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "shifted": facts.shifted,
         "block": facts.block,
         "block_origin": facts.block_origin,
+        "attention": facts.attention,
         "max_length": facts.max_length,
         "vocab_size": facts.vocab_size,
     }
@@ -89,7 +90,8 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
     ends = facts["end"]
     assert isinstance(ends, list)
     mask = "none: uniform noise" if facts["mask"] is None else show(facts["mask"])
-    block = facts["block"] or "none (full attention)"
+    full = "causal, filled tokens first" if facts.get("attention") == "filled-first" else "full attention"
+    block = facts["block"] or f"none ({full})"
     if facts["block"] and facts.get("block_origin") == "answer":
         block = f"{block} from the answer"  # blocks start where the answer does, not at position 0
     return [

@@ -66,6 +66,7 @@ FAMILIES = {
         "a2d", frozenset({"a2d-qwen2", "a2d-qwen3"}), frozenset({"A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"})
     ),
     "coda": Family("coda", frozenset({"coda"}), frozenset({"CoDALanguageModel"})),
+    "wedlm": Family("wedlm", frozenset({"wedlm"}), frozenset({"WeDLMForCausalLM"})),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})

@@ -15,7 +15,7 @@ Sources of the numbers (the authors' own pages; "~" marks an estimate made here)
 - LLaDA-8B-Instruct: the LLaDA paper (HumanEval 49.4), MIT.
 - CoDA-v0-Instruct: SalesforceAIResearch/CoDA README (HumanEval 54.3, MBPP 47.2), CC-BY-NC-4.0.
 - Stable-DiffCoder-8B-Instruct: ByteDance-Seed/Stable-DiffCoder README (86.6 / 85.7), MIT.
-- WeDLM-8B-Instruct: Tencent/WeDLM README (HumanEval 80.5), Apache-2.0.
+- WeDLM-8B-Instruct: Tencent/WeDLM Readme.md (HumanEval 80.49), Apache-2.0; ~8.2B (Qwen3-8B's).
 - LLaDA2.0-mini: inclusionAI's model card (HumanEval 86.6), Apache-2.0; 16B MoE, 1.4B active.
 """
 
@@ -66,7 +66,8 @@ CATALOGUE = (
     Entry("coda-1.7b", "Salesforce/CoDA-v0-Instruct", "coda", 1.7, 6.9, "CC-BY-NC-4.0 (non-commercial)", 54.3, 47.2,
           "float32 weights as released"),
     Entry("stable-diffcoder-8b", "ByteDance-Seed/Stable-DiffCoder-8B-Instruct", "", 8.0, 16.0, "MIT", 86.6, 85.7),
-    Entry("wedlm-8b", "tencent/WeDLM-8B-Instruct", "", 8.0, 16.0, "Apache-2.0", 80.5, None),
+    Entry("wedlm-8b", "tencent/WeDLM-8B-Instruct", "wedlm", 8.2, 16.4, "Apache-2.0", 80.5, None,
+          "causal, decodes filled tokens first; no cache in dcode"),
     Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "", 16.0, 32.0, "Apache-2.0", 86.6, None,
           "mixture of experts, 1.4B active"),
 )  # fmt: skip

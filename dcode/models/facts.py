@@ -22,6 +22,8 @@ Sources of the facts (the released files and reference code, read to understand)
   bd3lm vs mdlm by the checkpoint's name only (block 32, blocks from the answer; full attention).
 - CoDA (SalesforceAIResearch/CoDA, CoDALanguageModel/ config.json, generation_config.json,
   modeling_coda.py, attention.py, generation_utils.py; README's serving defaults): see SPECS["coda"].
+- WeDLM (Tencent/WeDLM: hf_compat/configuration_wedlm.py, modeling_wedlm.py, wedlm/engine,
+  example.py): see SPECS["wedlm"].
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ class Spec:
     # generation_config.json's Dream-style `alg` -> the ordering it means (CoDA); an alg missing
     # from ALG_ORDERINGS leaves `defaults` as they are (facts.alg_note says so).
     reads_alg: bool = False
+    mask_id: int | None = None  # the id the released code falls back to when no file names a mask (WeDLM)
+    attention: Literal["full", "filled-first"] = "full"  # ModelFacts.attention
 
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
@@ -199,6 +203,21 @@ SPECS = {
         default_length=40960,
         reads_alg=True,
     ),
+    # WeDLM (Tencent/WeDLM, hf_compat/modeling_wedlm.py, wedlm/engine/model_runner.py): causal
+    # attention over the canvas reordered, filled tokens first and masks after, each at its own
+    # rotary position (models/wedlm.py); each mask's logits at its own slot (not shifted); the
+    # mask is config.json's mask_token_id, else 151665 (the engine's and finetune's constant);
+    # the engine decodes a window of 16 (wedlm_window_size) greedily (example.py: temperature 0).
+    "wedlm": Spec(
+        False,
+        (),
+        None,
+        QWEN_TURN,
+        {"ordering": "confidence", "temperature": 0.0, "block": 16},
+        default_length=32768,
+        mask_id=151665,
+        attention="filled-first",
+    ),
 }
 # Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
 # CoDA's release says "original", which its own sampler rejects ("Unknown alg"): not mapped.
@@ -228,6 +247,7 @@ def special_ids(
     mask_id = first_id(config.get("mask_token_id"), tokenizer.mask_token_id)
     if mask_id is None and spec.mask_token is not None:
         mask_id = token_id(tokenizer, spec.mask_token)
+    mask_id = first_id(mask_id, spec.mask_id)
     if mask_id is None:
         raise ModelError("neither config.json nor the tokenizer names a mask token")
     eos_ids = ids_of(config.get("eos_token_id")) | ids_of(generation.get("eos_token_id"))
@@ -274,6 +294,7 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
         shifted=shifted,
         block=block,
         block_origin=spec.block_origin if block is not None else "zero",
+        attention=spec.attention,
         max_length=positive(config, spec.length_keys) or spec.default_length,
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),

@@ -19,7 +19,8 @@ transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained); ZHZi
 dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
 the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot);
 SalesforceAIResearch/CoDA CoDALanguageModel/ (config.json, generation_config.json,
-tokenizer_config.json, modeling_coda.py).
+tokenizer_config.json, modeling_coda.py); Tencent/WeDLM hf_compat/ (configuration_wedlm.py,
+modeling_wedlm.py) and wedlm/engine/model_runner.py (mask 151665 when config.json names none).
 
 Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     import torch
 
 FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
-FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda")
+FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda", "wedlm")
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -618,6 +619,32 @@ def write_coda(folder: Path, size: Size, device: torch.device, seed: int) -> int
     return count
 
 
+def write_wedlm(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """WeDLM-8B-Instruct's format (Tencent/WeDLM hf_compat/configuration_wedlm.py): model_type
+    "wedlm", WeDLMForCausalLM, Qwen3 names (qk_norm true, attention_bias false, head_dim), untied
+    head, a Qwen3 chat tokenizer. The release names no mask in config.json and its code falls back
+    to 151665 (Qwen3's <tool_response>), a row a tiny embedding lacks: here config.json names the
+    tiny vocabulary's <tool_response> as mask_token_id, a key WeDLMConfig has."""
+    ids = qwen_chat_tokenizer(folder, size, ["<tool_response>"], "Qwen2Tokenizer")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    config = qwen_config(size, ids, tied=False) | {
+        "architectures": ["WeDLMForCausalLM"],
+        "auto_map": {
+            "AutoConfig": "configuration_wedlm.WeDLMConfig",
+            "AutoModelForCausalLM": "modeling_wedlm.WeDLMForCausalLM",
+        },
+        "attention_bias": False,
+        "qk_norm": True,
+        "head_dim": size.hidden // size.heads,
+        "model_type": "wedlm",
+        "mask_token_id": ids["<tool_response>"],
+        "transformers_version": "4.57.1",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return count
+
+
 def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """transformers' own format (save_pretrained of DiffusionGemmaForBlockDiffusion: encoder,
     decoder and head tied, written once; generation_config.json), a small MoE text model, a
@@ -688,6 +715,7 @@ WRITERS: dict[str, Callable[..., int]] = {
     "a2d_qwen3_bd3lm": partial(write_a2d, qwen3=True),
     "a2d_qwen3_mdlm": partial(write_a2d, qwen3=True),
     "coda": write_coda,
+    "wedlm": write_wedlm,
 }
 
 
