@@ -107,9 +107,11 @@ def test_pull_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_pull_refuses_a_family_dcode_does_not_load_before_the_network() -> None:
-    result = CliRunner().invoke(app, ["models", "pull", "llada2-mini"], prog_name="dcode")
+    result = CliRunner().invoke(app, ["models", "pull", "stable-diffcoder-8b"], prog_name="dcode")
     assert result.exit_code == 2
-    want = "inclusionAI/LLaDA2.0-mini: dcode does not load llada2-mini yet (see docs/models.md)"
+    want = (
+        "ByteDance-Seed/Stable-DiffCoder-8B-Instruct: dcode does not load stable-diffcoder-8b yet (see docs/models.md)"
+    )
     assert result.stderr == f"dcode: error: {want}\n"
 
 

@@ -67,6 +67,7 @@ FAMILIES = {
     ),
     "coda": Family("coda", frozenset({"coda"}), frozenset({"CoDALanguageModel"})),
     "wedlm": Family("wedlm", frozenset({"wedlm"}), frozenset({"WeDLMForCausalLM"})),
+    "llada2": Family("llada2", frozenset({"llada2_moe"}), frozenset({"LLaDA2MoeModelLM"})),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})

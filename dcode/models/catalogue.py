@@ -68,7 +68,7 @@ CATALOGUE = (
     Entry("stable-diffcoder-8b", "ByteDance-Seed/Stable-DiffCoder-8B-Instruct", "", 8.0, 16.0, "MIT", 86.6, 85.7),
     Entry("wedlm-8b", "tencent/WeDLM-8B-Instruct", "wedlm", 8.2, 16.4, "Apache-2.0", 80.5, None,
           "causal, decodes filled tokens first; no cache in dcode"),
-    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "", 16.0, 32.0, "Apache-2.0", 86.6, None,
+    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", 86.6, None,
           "mixture of experts, 1.4B active"),
 )  # fmt: skip
 BY_NAME = {entry.name: entry for entry in CATALOGUE}

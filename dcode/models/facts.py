@@ -149,6 +149,7 @@ class Spec:
     reads_alg: bool = False
     mask_id: int | None = None  # the id the released code falls back to when no file names a mask (WeDLM)
     attention: Literal["full", "filled-first"] = "full"  # ModelFacts.attention
+    block: int | None = None  # the attention block when config.json names none (LLaDA2: its sampler's)
 
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
@@ -218,6 +219,19 @@ SPECS = {
         mask_id=151665,
         attention="filled-first",
     ),
+    # LLaDA2.x (dllm/pipelines/llada2: modeling_llada2_moe.py, sampler.py; dllm/utils/models.py
+    # get_tokenizer): block-causal in blocks of 32 from position 0, logits not shifted, <|mask|>
+    # (156895) added as the mask and <|role_end|> as end of turn; greedy, threshold 0.95.
+    "llada2": Spec(
+        False,
+        (),
+        "<|mask|>",
+        ("<|role_end|>", "<|endoftext|>"),
+        {"ordering": "confidence", "temperature": 0.0, "rule": "threshold", "threshold": 0.95},
+        default_length=32768,
+        mask_id=156895,
+        block=32,
+    ),
 }
 # Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
 # CoDA's release says "original", which its own sampler rejects ("Unknown alg"): not mapped.
@@ -284,7 +298,7 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
     if not 0 <= mask_id < vocab_size:
         raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
     shifted = spec.shifted if spec.shifted is not None else bool(config.get("shifted_logits", True))
-    block = named_block(spec, folder, name) if spec.named_blocks else positive(config, spec.block_keys)
+    block = named_block(spec, folder, name) if spec.named_blocks else positive(config, spec.block_keys) or spec.block
     return ModelFacts(
         name=name,
         family=family,

@@ -20,7 +20,8 @@ dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{
 the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot);
 SalesforceAIResearch/CoDA CoDALanguageModel/ (config.json, generation_config.json,
 tokenizer_config.json, modeling_coda.py); Tencent/WeDLM hf_compat/ (configuration_wedlm.py,
-modeling_wedlm.py) and wedlm/engine/model_runner.py (mask 151665 when config.json names none).
+modeling_wedlm.py) and wedlm/engine/model_runner.py (mask 151665 when config.json names none);
+dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's names).
 
 Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     import torch
 
 FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
-FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda", "wedlm")
+FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda", "wedlm", "llada2")
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -645,6 +646,72 @@ def write_wedlm(folder: Path, size: Size, device: torch.device, seed: int) -> in
     return count
 
 
+LLADA2_TEMPLATE = (  # Ling 2.0's turns, as LLaDA2's chat template writes them (inferred: not in dllm)
+    "{% for message in messages %}{{ '<role>' + message['role'] | upper + '</role>' + message['content'] "
+    "+ '<|role_end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<role>ASSISTANT</role>' }}{% endif %}"
+)
+
+
+def write_llada2(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """LLaDA2.0-mini's format (dllm configuration_llada2_moe.py / modeling_llada2_moe.py names):
+    model_type "llada2_moe", LLaDA2MoeModelLM; a dense first layer (first_k_dense_replace 1) and
+    mixture-of-experts layers after it (16 experts in 8 groups, top 4 within 4 groups here; the
+    release: 256, top 8), one shared expert, a fused query_key_value with q/k norms, partial rotary
+    0.5, an untied head; a tokenizer.json with <|mask|> and <|role_end|>."""
+    import torch
+
+    tokenizer = train_bpe(size, ["<|endoftext|>", "<|role_end|>", "<|mask|>"])
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "mask_token": "<|mask|>", "chat_template": LLADA2_TEMPLATE, "model_max_length": 32768,
+    }  # fmt: skip
+    ids = write_tokenizer(folder, tokenizer, settings, "json")
+    hidden, head_dim, experts, inner = size.hidden, size.hidden // size.heads, 16, 16
+    qkv = (size.heads + 2 * size.kv_heads) * head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.word_embeddings.weight": (size.rows, hidden), "model.norm.weight": (hidden,),
+        "lm_head.weight": (size.rows, hidden),
+    }  # fmt: skip
+    for i in range(size.layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),
+            p + "attention.query_key_value.weight": (qkv, hidden), p + "attention.dense.weight": (hidden, hidden),
+            p + "attention.query_layernorm.weight": (head_dim,), p + "attention.key_layernorm.weight": (head_dim,),
+        }  # fmt: skip
+        mlps = [(p + "mlp.", size.inner)] if i == 0 else [(p + f"mlp.experts.{e}.", inner) for e in range(experts)]
+        if i > 0:
+            mlps.append((p + "mlp.shared_experts.", inner))
+            shapes |= {p + "mlp.gate.weight": (experts, hidden), p + "mlp.gate.expert_bias": (experts,)}
+        for prefix, width in mlps:
+            shapes |= {
+                prefix + "gate_proj.weight": (width, hidden), prefix + "up_proj.weight": (width, hidden),
+                prefix + "down_proj.weight": (hidden, width),
+            }  # fmt: skip
+    weights = random_weights(shapes, seed, device, size.spread)
+    for name in [n for n in weights if n.endswith("expert_bias")]:  # learned load-balancing biases, small
+        weights[name] = 0.05 * torch.randn(experts, generator=torch.Generator().manual_seed(seed)).to(device)
+    count = save_weights(weights, folder, size.dtype)
+    config = {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe",
+        "auto_map": {
+            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM",
+        },
+        "vocab_size": size.rows, "hidden_size": hidden, "intermediate_size": size.inner,
+        "num_hidden_layers": size.layers, "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
+        "head_dim": head_dim, "hidden_act": "silu", "use_qkv_bias": False, "use_qk_norm": True, "use_bias": False,
+        "rms_norm_eps": 1e-06, "norm_head": False, "tie_word_embeddings": False,
+        "max_position_embeddings": size.max_positions, "rope_theta": 600000, "rope_scaling": None,
+        "partial_rotary_factor": 0.5, "num_experts": experts,
+        "num_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 8, "topk_group": 4,
+        "routed_scaling_factor": 2.5, "moe_intermediate_size": inner, "first_k_dense_replace": 1,
+        "pad_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"], "torch_dtype": size.dtype,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return count
+
+
 def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """transformers' own format (save_pretrained of DiffusionGemmaForBlockDiffusion: encoder,
     decoder and head tied, written once; generation_config.json), a small MoE text model, a
@@ -716,6 +783,7 @@ WRITERS: dict[str, Callable[..., int]] = {
     "a2d_qwen3_mdlm": partial(write_a2d, qwen3=True),
     "coda": write_coda,
     "wedlm": write_wedlm,
+    "llada2": write_llada2,
 }
 
 
