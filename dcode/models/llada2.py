@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
 
-from dcode.models.base import ModelError
+from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import need, read_headers, weight_files
-from dcode.models.native import Embedding, Linear, NativeCache, NativeDenoiser, RMSNorm, rotary, rotate
+from dcode.models.native import Embedding, Linear, NativeCache, RMSNorm, block_causal_mask, rotary, rotate
 
 
 @dataclass(frozen=True)
@@ -260,11 +260,38 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
     return model.to(device).eval()
 
 
-def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> NativeDenoiser:
+@dataclass
+class LLaDA2Denoiser:
+    """Token ids -> logits for an LLaDA2 checkpoint, block-causal, with an exact block cache."""
+
+    model: LLaDA2
+    tokenizer: Any
+    facts: ModelFacts
+
+    @torch.inference_mode()
+    def __call__(self, ids: torch.Tensor, cache: NativeCache | None = None) -> torch.Tensor:
+        """ids (B, L) at canvas positions [P, P+L), P = cache.length -> logits (B, L, V) in float32;
+        with a cache, the new positions' keys/values are appended to it (the caller crops)."""
+        start = 0
+        if cache is not None:
+            cache.widen(ids.shape[0])
+            start = cache.length
+        mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], self.facts.block, ids.device)
+        return self.model(ids, start, mask, cache).float()
+
+    def new_cache(self) -> NativeCache | None:
+        return NativeCache() if self.facts.block is not None else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+
+def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> LLaDA2Denoiser:
     """Load a local LLaDA2.x checkpoint folder (safetensors, possibly sharded) as a denoiser."""
     from dcode.models.decoder import load_tokenizer
     from dcode.models.facts import state
 
     model = load_weights(folder, config, device, dtype)
     tokenizer = load_tokenizer(folder)
-    return NativeDenoiser(model, tokenizer, state("llada2", folder, config, tokenizer, name))  # type: ignore[arg-type]
+    return LLaDA2Denoiser(model, tokenizer, state("llada2", folder, config, tokenizer, name))
