@@ -8,7 +8,8 @@ Writes FOLDER/<family>/ for each family with the writers of dcode.testing.checkp
 (which the tests share): config.json with the keys the released checkpoints carry, safetensors under the family's
 own weight names, generation_config.json where the family keeps its eos there, and tokenizer
 files with the family's special tokens and chat template. Families: qwen2 (dcode's own format),
-dream, llada, sdar, fast_dllm_v2, diffusion_gemma. Prints one line per family with its parameter
+dream, llada, sdar, fast_dllm_v2, diffusion_gemma, a2d_qwen{2,3}_{bd3lm,mdlm}, coda, wedlm, llada2.
+Prints one line per family with its parameter
 count and the seconds it took; exits 1 if any family failed (the others are still written).
 """
 
