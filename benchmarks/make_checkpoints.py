@@ -4,11 +4,12 @@
     python benchmarks/make_checkpoints.py FOLDER --size tiny           # a few hundred K, float32 (CPU tests)
     python benchmarks/make_checkpoints.py FOLDER --families sdar,dream --device cuda
 
-Writes FOLDER/<family>/ for each family with the writers of dcode.train.random_checkpoints
+Writes FOLDER/<family>/ for each family with the writers of dcode.testing.checkpoints
 (which the tests share): config.json with the keys the released checkpoints carry, safetensors under the family's
 own weight names, generation_config.json where the family keeps its eos there, and tokenizer
 files with the family's special tokens and chat template. Families: qwen2 (dcode's own format),
-dream, llada, sdar, fast_dllm_v2, diffusion_gemma. Prints one line per family with its parameter
+dream, llada, sdar, fast_dllm_v2, diffusion_gemma, a2d_qwen{2,3}_{bd3lm,mdlm}, coda, wedlm, llada2.
+Prints one line per family with its parameter
 count and the seconds it took; exits 1 if any family failed (the others are still written).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from dcode.train.random_checkpoints import FAMILIES, SIZES, WRITERS
+from dcode.testing.checkpoints import FAMILIES, SIZES, WRITERS
 
 
 def main(argv: list[str] | None = None) -> int:

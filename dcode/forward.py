@@ -36,6 +36,14 @@ class Pass:
     drafted: torch.Tensor  # (R-1,) the verify rule's drafts row r holds the first r of (else empty)
 
 
+def call(model: Denoiser, ids: torch.Tensor, cache: Any, origin: int) -> torch.Tensor:
+    """model(ids, cache), told where its attention blocks start when they follow the answer
+    (facts.block_origin "answer": origin is the answer's first position)."""
+    if model.facts.block_origin == "answer":
+        return cast(Any, model)(ids, cache, origin=origin)
+    return model(ids, cache)
+
+
 class Forward(Protocol):
     renoises: bool  # positions still to fill go in as fresh random tokens (uniform-noise models)
 
@@ -47,12 +55,12 @@ class FullCanvas:
 
     renoises = False
 
-    def __init__(self, model: Denoiser) -> None:
-        self.model = model
+    def __init__(self, model: Denoiser, origin: int = 0) -> None:
+        self.model, self.origin = model, origin
 
     def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
         shift = int(self.model.facts.shifted)  # a shifted model's row i-1 predicts position i
-        out = self.model(now.rows, None)  # (R, L, V)
+        out = call(self.model, now.rows, None, self.origin)  # (R, L, V)
         return out[:, now.block[0] - shift : now.reach - shift], now.rows.numel()
 
 
@@ -62,15 +70,15 @@ class ExactCache:
 
     renoises = False
 
-    def __init__(self, model: Denoiser, cache: Cache) -> None:
-        self.model, self.cache = model, cache
+    def __init__(self, model: Denoiser, cache: Cache, origin: int = 0) -> None:
+        self.model, self.cache, self.origin = model, cache, origin
         self.carry: torch.Tensor | None = None  # (V,) logits row of position s-1 (shifted models)
 
     def __call__(self, now: Pass) -> tuple[torch.Tensor, int]:
-        s, reach, facts = now.block[0], now.reach, self.model.facts
+        s, reach, facts, o = now.block[0], now.reach, self.model.facts, self.origin
         cached = self.cache.length
-        out = self.model(now.rows[:, cached:reach], self.cache)  # (R, reach-cached, V)
-        self.cache.crop((s // facts.block) * facts.block if facts.block else s)  # keep finished blocks only
+        out = call(self.model, now.rows[:, cached:reach], self.cache, o)  # (R, reach-cached, V)
+        self.cache.crop(o + (s - o) // facts.block * facts.block if facts.block else s)  # keep finished blocks only
         fed = (reach - cached) * len(now.rows)
         if not facts.shifted:
             return out[:, s - cached : reach - cached], fed
@@ -127,13 +135,14 @@ class UniformNoise:
         return logits, e - cached
 
 
-def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator) -> Forward:
-    """The forward strategy for this model and these settings."""
+def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator, origin: int = 0) -> Forward:
+    """The forward strategy for this model and these settings; origin: where its attention blocks
+    start (0, or the answer's first position for facts.block_origin "answer")."""
     cache = model.new_cache() if config.cache else None
     if model.facts.noise == "uniform":
         return UniformNoise(cast(UniformDenoiser, model), cache, gen)
     if cache is not None:
-        return ExactCache(model, cache)
+        return ExactCache(model, cache, origin)
     # Fast-dLLM's approximate cache where no exact one exists (full attention; an optional method).
     # (The verify rule's rows differ inside the window, which that cache holds one copy of.)
     if config.cache and config.approx_cache != "off" and config.rule != "verify" and hasattr(model, "new_window_cache"):
@@ -141,4 +150,4 @@ def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator)
         window_cache = windowed.new_window_cache()
         if window_cache is not None:
             return ApproxWindow(windowed, window_cache, dual=config.approx_cache == "dual")
-    return FullCanvas(model)
+    return FullCanvas(model, origin)

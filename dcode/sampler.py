@@ -337,7 +337,8 @@ def denoise(
     check_arguments(facts, config, canvas, start, fill)
     gen = torch.Generator().manual_seed(config.seed)  # every random draw, in a fixed order
     verify = config.rule == "verify"
-    forward = choose_forward(model, config, gen)  # exact cache, window cache, full canvas or uniform noise
+    origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
+    forward = choose_forward(model, config, gen, origin)  # exact cache, window cache, full canvas or uniform noise
     is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
     is_open[:start] = False  # the prompt is never filled
     canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
@@ -347,7 +348,7 @@ def denoise(
     suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)
     choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, canvas.dtype, device)
     size = facts.block or config.block or max(1, length - start)
-    aligned = facts.block is not None and facts.noise != "uniform"  # a block-causal model's own blocks
+    aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
     forwards = 0
     ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
     for block in block_spans(start, length, size, aligned):

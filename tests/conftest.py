@@ -127,13 +127,13 @@ def benchmark_module(filename: str) -> ModuleType:
 
 def make_checkpoints() -> ModuleType:
     """benchmarks/make_checkpoints.py, whose main() the GPU-check tests run.
-    Its writers live in dcode.train.random_checkpoints."""
+    Its writers live in dcode.testing.checkpoints."""
     return benchmark_module("make_checkpoints.py")
 
 
 def python_lines(count: int = 300) -> list[str]:
     """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
-    from dcode.train.random_checkpoints import python_lines as lines
+    from dcode.testing.checkpoints import python_lines as lines
 
     return lines(count)
 

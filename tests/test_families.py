@@ -1,5 +1,5 @@
 """Real diffusion families on transformers' own classes, from tiny checkpoints in each family's
-released on-disk format (dcode.train.random_checkpoints writes them and cites the sources): Dream
+released on-disk format (dcode.testing.checkpoints writes them and cites the sources): Dream
 (Qwen2 names, model_type "Dream", one file or shards, a remote-code tokenizer_config), LLaDA (OLMo
 names and config keys), SDAR (model_type "sdar", Qwen3 names, eos in generation_config.json) and
 Fast-dLLM v2 (model_type "Fast_dLLM_Qwen", bd_size, the mask in the tokenizer only). Logits are
@@ -29,7 +29,7 @@ from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.models import ModelError, apply_defaults, facts, list_models
 from dcode.models.checkpoint import read_header
-from dcode.train import random_checkpoints as tiny
+from dcode.testing import checkpoints as tiny
 
 SIZE = tiny.SIZES["tiny"]
 HIDDEN, HEADS, LAYERS, INNER = SIZE.hidden, SIZE.heads, SIZE.layers, SIZE.inner
@@ -108,10 +108,20 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def reference_logits(
-    folder: Path, names: Names, ids: torch.Tensor, eps: float, theta: float, block: int | None = None
+    folder: Path,
+    names: Names,
+    ids: torch.Tensor,
+    eps: float,
+    theta: float,
+    block: int | None = None,
+    *,
+    origin: int = 0,
+    positions: torch.Tensor | None = None,
+    allowed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """ids (L,) -> logits (L, V) of the unshifted stack: RMSNorm, RoPE, GQA attention (no mask, or
-    block-causal: query q sees key k iff k // block <= q // block), SwiGLU."""
+    block-causal: query q sees key k iff (k - origin) // block <= (q - origin) // block), SwiGLU.
+    positions (L,) and allowed (L, L) replace the rotary positions 0..L-1 and that mask."""
     w = all_weights(folder)
     head_dim, length = HIDDEN // HEADS, len(ids)
     kv_heads = w[names.k.format(0) + ".weight"].shape[0] // head_dim
@@ -121,12 +131,14 @@ def reference_logits(
 
     # Rotary embeddings: angle(p, j) = p / theta^(2j / d), the same angles on both halves.
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (d/2,)
-    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq[None]  # (L, d/2)
+    position = torch.arange(length) if positions is None else positions
+    angles = position.double()[:, None] * inv_freq[None]  # (L, d/2)
     cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()  # (L, d)
-    position = torch.arange(length)
-    allowed = torch.ones(length, length, dtype=torch.bool)
-    if block is not None:
-        allowed = position[None, :] // block <= position[:, None] // block  # (L, L): row q, column k
+    if allowed is None:
+        allowed = torch.ones(length, length, dtype=torch.bool)
+        if block is not None:
+            blocks = (torch.arange(length) - origin).div(block, rounding_mode="floor")
+            allowed = blocks[None, :] <= blocks[:, None]  # (L, L): row q, column k
 
     x = w[names.embed][ids]  # (L, H)
     for i in range(LAYERS):
@@ -426,7 +438,7 @@ def test_unknown_and_not_yet_supported_model_types(llada_folder: Path, tmp_path:
     edit_config(folder, model_type="mamba", architectures=["MambaForCausalLM"], auto_map=...)
     assert one_line_error(str(folder)) == (
         f"{folder}: unsupported model_type 'mamba' "
-        "(supported: diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar)"
+        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm)"
     )
     edit_config(folder, model_type="diffusion_gemma")
     assert "uniform-noise diffusion" in one_line_error(str(folder))
@@ -552,7 +564,7 @@ def fake_cache(tmp_path_factory: pytest.TempPathFactory, dream_sharded_folder: P
     cache = tmp_path_factory.mktemp("hub")
     cache_repo(cache, "org/dream-tiny", dream_sharded_folder)
     cache_repo(cache, "GSAI-ML/LLaDA-tiny", llada_folder)
-    cache_repo(cache, "org/bert", None, {"config.json": '{"model_type": "bert"}'})  # not a family: not listed
+    cache_repo(cache, "org/bert", None, {"config.json": '{"model_type": "bert"}'})  # not a family: listed, marked
     partial = cache_repo(cache, "org/dream-partial", dream_sharded_folder)
     (partial / "model-00003-of-00003.safetensors").unlink()  # an interrupted download
     config_only = cache_repo(cache, "org/llada-config-only", None)
@@ -586,10 +598,14 @@ def test_list_models_reads_the_cache(fake_cache: Path, dream_sharded_folder: Pat
     assert list(found) == [
         "dcode-tiny",
         "GSAI-ML/LLaDA-tiny",
+        "org/bert",
         "org/dream-partial",
         "org/dream-tiny",
         "org/llada-config-only",
     ]
+    assert [name for name, info in found.items() if info.problem is not None] == ["org/bert"]
+    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm"
+    assert found["org/bert"].problem == f"unsupported model_type 'bert' (supported: {supported})"
     tiny = found["dcode-tiny"]
     assert (tiny.family, tiny.path, tiny.complete) == ("qwen2", models.EMBEDDED, True)
     exact = sum(math.prod(t.shape) for t in read_header(models.EMBEDDED / "model.safetensors").values())
@@ -619,4 +635,4 @@ def test_listing_imports_no_torch(fake_cache: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DCODE_")} | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "5 []"
+    assert done.stdout.strip() == "6 []"

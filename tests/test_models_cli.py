@@ -100,7 +100,7 @@ def test_pull_refuses_unsupported_before_the_weights(hub):
     ns = build_app()
     result = run(ns, ["models", "pull", "org/bert"])
     assert result.exit_code == 2
-    supported = "diffusion_gemma, dream, fast_dllm_v2, llada, qwen2, sdar"
+    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm"
     assert result.stderr == f"dcode: error: org/bert: unsupported model_type 'bert' (supported: {supported})\n"
     assert calls == [("org/bert", None, ("config.json",))]
     assert not (cache / "models--org--bert" / "snapshots" / "abc" / "model.safetensors").exists()
@@ -114,7 +114,8 @@ def test_pull_errors(hub):
         "dcode: error: no model org/nope on the Hugging Face Hub (if it is private: `hf auth login`)\n",
     )
     r = run(ns, ["models", "pull", "../etc"])
-    assert (r.exit_code, r.stderr) == (2, "dcode: error: not a Hugging Face id (org/name): ../etc\n")
+    message = "neither a name from `dcode models available` nor a Hugging Face id (org/name): ../etc"
+    assert (r.exit_code, r.stderr) == (2, f"dcode: error: {message}\n")
     r = CliRunner().invoke(cli.app, ["new", "x", "--model", "org/llada"])
     assert r.exit_code == 2 and "run `dcode models pull org/llada` to download it" in r.stderr, r.stderr
 

@@ -7,6 +7,7 @@ summary line on stderr and the exit code.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ def finish_new(
         sys.stdout.flush()
     if not quiet:
         typer.echo(summary_line(finished.metadata(), model, finished.unit), err=True)
+    from dcode.models.catalogue import hint  # which model to pull, when dcode-tiny answered on a terminal
+
+    if line := hint(model, terminal=sys.stderr.isatty(), as_json=as_json, quiet=quiet, env=os.environ):
+        typer.echo(line, err=True)
     if finished.syntax_errors:
         where = target or "the output"
         typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)

@@ -64,6 +64,8 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "noise": facts.noise,
         "shifted": facts.shifted,
         "block": facts.block,
+        "block_origin": facts.block_origin,
+        "attention": facts.attention,
         "max_length": facts.max_length,
         "vocab_size": facts.vocab_size,
     }
@@ -81,7 +83,10 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
     ends = facts["end"]
     assert isinstance(ends, list)
     mask = "none: uniform noise" if facts["mask"] is None else show(facts["mask"])
-    block = facts["block"] or "none (full attention)"
+    full = "causal, filled tokens first" if facts.get("attention") == "filled-first" else "full attention"
+    block = facts["block"] or f"none ({full})"
+    if facts["block"] and facts.get("block_origin") == "answer":
+        block = f"{block} from the answer"  # blocks start where the answer does, not at position 0
     return [
         f"  end of answer: {', '.join(show(t) for t in ends) or 'none'}",
         f"  pad: {show(facts['pad'])}   mask: {mask}",
@@ -113,7 +118,7 @@ def models_command(
     if ctx.invoked_subcommand is not None:
         return
     found = list_models()
-    facts = {i.name: beliefs(i.name, i.path) for i in found} if verbose else {}
+    facts = {i.name: beliefs(i.name, i.path) for i in found if i.problem is None} if verbose else {}
     if as_json:
         rows = [
             {
@@ -124,7 +129,8 @@ def models_command(
                 "size_bytes": i.size_bytes,
                 "complete": i.complete,
                 "path": str(i.path),
-                **({"facts": facts[i.name]} if verbose else {}),
+                **({"error": i.problem} if i.problem is not None else {}),
+                **({"facts": facts[i.name]} if verbose and i.problem is None else {}),
             }
             for i in found
         ]
@@ -133,28 +139,82 @@ def models_command(
     table = [("NAME", "FAMILY", "PARAMS", "DTYPE", "SIZE", "")]
     for i in found:
         note = "" if i.complete else f"incomplete: run `dcode models pull {i.name}`"
+        if i.problem is not None:
+            note = f"cannot load: {i.problem}"
         table.append((i.name, i.family, human_count(i.parameters), i.dtype or "-", human_bytes(i.size_bytes), note))
     widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
     for number, row in enumerate(table):
         typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-        if verbose and number > 0:
+        if verbose and number > 0 and row[0] in facts:
             for line in belief_lines(facts[row[0]]):
                 typer.echo(line)
 
 
+def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
+    """catalogue.rows() as the cells of `dcode models available`."""
+
+    def score(value: object) -> str:
+        return f"{value:.1f}" if isinstance(value, float) else "-"
+
+    table: list[tuple[str, ...]] = [
+        ("NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS")
+    ]
+    for r in rows:
+        memory = r["memory_gb"]
+        assert isinstance(memory, dict)
+        family = str(r["family"]) if r["loads"] else "not yet"
+        cells = (str(r["name"]), str(r["id"]), family, f"{r['parameters_b']}B", f"{r['download_gb']} GB")
+        table.append(
+            (*cells, str(r["licence"]), f"{memory['bfloat16']:.1f} GB", f"{memory['float32']:.1f} GB")
+            + (f"{score(r['humaneval'])}/{score(r['mbpp'])}", str(r["fits"]))
+        )
+    return table
+
+
+@models_app.command("available")
+def models_available(
+    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
+) -> None:
+    """The released diffusion code models dcode knows by name (pull one with `dcode models pull
+    NAME`, run it with --model NAME): size, licence, the authors' HumanEval/MBPP pass@1, the
+    memory its weights take, and whether that fits this machine's RAM or GPU. Works offline."""
+    import json
+
+    from dcode.models import catalogue
+
+    ram, gpu = catalogue.ram_gb(), catalogue.gpu_gb()
+    rows = catalogue.rows(ram, gpu)
+    if as_json:
+        machine = {"ram_gb": round(ram, 1) if ram else None, "gpu_gb": round(gpu, 1) if gpu else None}
+        typer.echo(json.dumps({"machine": machine, "models": rows}, indent=2))
+        raise typer.Exit(OK)
+    table = available_table(rows)
+    widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
+    for row in table:
+        typer.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    memory = f"{ram:.1f} GB of RAM" if ram else "RAM unknown"
+    typer.echo(f"dcode: this machine: {memory}, {f'a {gpu:.1f} GB GPU' if gpu else 'no GPU'}", err=True)
+
+
 @models_app.command("pull")
 def models_pull(
-    model_id: Annotated[str, typer.Argument(help="Hugging Face id, e.g. Dream-org/Dream-Coder-v0-Instruct-7B.")],
+    model_id: Annotated[
+        str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")
+    ],
     revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit (default: main).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
 ) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
-    from dcode.models import ModelError, checkpoint, model_info, require_family
+    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family
 
     # 1) validate without the network
+    entry = catalogue.find(model_id)
+    if entry is not None and not entry.family:
+        fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)
+    model_id = entry.repo_id if entry is not None else model_id
     if not checkpoint.is_repo_id(model_id):
-        fail(f"not a Hugging Face id (org/name): {model_id}", USAGE)
+        fail(f"neither a name from `dcode models available` nor a Hugging Face id (org/name): {model_id}", USAGE)
 
     import huggingface_hub
     from huggingface_hub import errors as hub_errors

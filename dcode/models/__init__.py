@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dcode.models import checkpoint, facts
+from dcode.models import catalogue, checkpoint, facts
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 
 if TYPE_CHECKING:
@@ -61,6 +61,13 @@ FAMILIES = {
     "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),  # dcode's own format (dcode-tiny)
     "sdar": Family("sdar", frozenset({"sdar"}), frozenset({"SDARForCausalLM"})),
     "fast_dllm_v2": Family("fast_dllm", frozenset({"fast_dllm_qwen"}), frozenset({"Fast_dLLM_QwenForCausalLM"})),
+    # Tiny-A2D: Qwen2 / Qwen3 converted from autoregressive (dllm's A2DQwen{2,3}LMHeadModel).
+    "a2d": Family(
+        "a2d", frozenset({"a2d-qwen2", "a2d-qwen3"}), frozenset({"A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"})
+    ),
+    "coda": Family("coda", frozenset({"coda"}), frozenset({"CoDALanguageModel"})),
+    "wedlm": Family("wedlm", frozenset({"wedlm"}), frozenset({"WeDLMForCausalLM"})),
+    "llada2": Family("llada2", frozenset({"llada2_moe"}), frozenset({"LLaDA2MoeModelLM"})),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})
@@ -111,7 +118,8 @@ def default_cache_dir() -> Path:
 
 def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path, str]:
     """A model spec -> (local folder, display name). None or 'dcode-tiny' is the embedded model; an
-    existing path is a folder; 'org/name' is looked up in the Hugging Face cache (`cache_dir`,
+    existing path is a folder; a catalogue name (`dcode models available`) stands for its id;
+    'org/name' is looked up in the Hugging Face cache (`cache_dir`,
     default huggingface_hub's), never downloaded."""
     if spec is None or spec == EMBEDDED_NAME:
         return EMBEDDED, EMBEDDED_NAME
@@ -120,6 +128,9 @@ def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path
         if not folder.is_dir():
             raise ModelError(f"--model must be a folder holding config.json, got a file: {spec}")
         return folder, spec
+    entry = catalogue.BY_NAME.get(spec)
+    if entry is not None:  # a short name: its id, which says what the files do not (bd3lm, mdlm)
+        spec = entry.repo_id
     if checkpoint.is_repo_id(spec):
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         snapshot = checkpoint.cached_snapshot(cache, spec)
@@ -178,6 +189,19 @@ class ModelInfo:
     dtype: str | None  # the weights' dtype as torch names it ("bfloat16"); None without weights
     size_bytes: int  # bytes of the weight files present
     complete: bool  # every weight file is there and whole (False: an interrupted download)
+    problem: str | None = None  # why load() refuses it (a cached model listed all the same); None: loadable
+
+
+def unloadable(name: str, folder: Path, error: ModelError) -> ModelInfo:
+    """A cached model load() refuses, with the reason (its folder's path left out of the message)."""
+    reason = str(error)
+    for prefix in (f"{folder / 'config.json'}: ", f"{folder / 'config.json'} ", f"{folder}: ", f"{folder} "):
+        if reason.startswith(prefix):
+            reason = reason[len(prefix) :]
+            break
+    files = [p for p in folder.glob("*.safetensors") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return ModelInfo(name, folder, "?", None, None, size, complete=False, problem=reason)
 
 
 def model_info(name: str, folder: Path) -> ModelInfo:
@@ -211,13 +235,18 @@ def read_facts(name: str, folder: Path) -> ModelFacts:
 
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
-    """The embedded model, then every checkpoint of a supported family in the Hugging Face cache
-    (`cache_dir`, default huggingface_hub's), by id. Reads config.json and safetensors headers only."""
+    """The embedded model, then every model in the Hugging Face cache (`cache_dir`, default
+    huggingface_hub's), by id; one that load() would refuse (another kind of model, a config.json
+    that is not JSON, no tokenizer files) has `problem` set. Reads config.json and safetensors
+    headers only."""
     found = [model_info(EMBEDDED_NAME, EMBEDDED)]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     for repo_id, snapshot in checkpoint.cached_repos(cache):
         try:
-            found.append(model_info(repo_id, snapshot))
-        except ModelError:  # another library's model, or a config.json that is not JSON
-            continue
+            info = model_info(repo_id, snapshot)
+            if info.complete:  # an interrupted download says so instead
+                facts.require_tokenizer(snapshot)
+        except ModelError as error:
+            info = unloadable(repo_id, snapshot, error)
+        found.append(info)
     return found

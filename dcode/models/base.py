@@ -35,6 +35,15 @@ class ModelFacts:
     # sees it. "uniform" (DiffusionGemma): it holds a random token, drawn afresh before every pass;
     # mask_id is then only the sampler's placeholder in the canvases it yields, never fed.
     noise: Literal["mask", "uniform"] = "mask"
+    # Where block-causal attention counts its blocks from. "zero": blocks [0, block), [block, 2 block)
+    # (SDAR, Fast-dLLM v2). "answer": the answer's first position starts a block and the prompt's
+    # blocks count back from it (Tiny-A2D's bd3lm pads the prompt on the left to a block boundary);
+    # such a model is called with origin=<the answer's first position>.
+    block_origin: Literal["zero", "answer"] = "zero"
+    # What the attention sees besides the block: "full" (every position), or "filled-first": causal
+    # attention over the canvas reordered, filled tokens first and masks after (WeDLM; the model
+    # reorders inside its call, so the sampler need not know).
+    attention: Literal["full", "filled-first"] = "full"
     prompt: str = "new"  # prompt template in dcode/prompts ("new-bare" for models trained on bare requests)
     # The family's recommended sampler settings, as SamplerConfig field names -> values (e.g.
     # {"ordering": "entropy", "temperature": 0.1}); the CLI applies them to options the user left

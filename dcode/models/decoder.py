@@ -32,7 +32,7 @@ from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import need, read_headers
-from dcode.models.facts import STATE, require_tokenizer
+from dcode.models.facts import STATE, TokenTable, require_tokenizer
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
 from dcode.models.plain_tokenizer import settings_of
 
@@ -67,7 +67,7 @@ class KVCache:
                 layer.values = layer.values[:1].expand(rows, -1, -1, -1)
 
 
-class WindowCache:
+class ApproxKVCache:
     """Fast-dLLM's approximate cache for full attention (Wu et al. 2025, "Fast-dLLM", sec. 3.2):
     keys/values of every canvas position outside a window [lo, hi), taken from one full pass
     (DecoderDenoiser.refresh) and reused by the passes that feed the window alone
@@ -104,22 +104,24 @@ class DecoderDenoiser:
     facts: ModelFacts
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, cache: KVCache | None = None, *, origin: int = 0) -> torch.Tensor:
         """ids (B, L) at canvas positions [P, P+L) where P = cache.length -> logits (B, L, V).
+        origin: where the attention blocks start (facts.block_origin "answer": the answer's first position).
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
         if cache is not None:
             cache.widen(ids.shape[0])
-        return self.forward(ids, cache.length if cache is not None else 0, cache.inner if cache is not None else None)
+        start = cache.length if cache is not None else 0
+        return self.forward(ids, start, cache.inner if cache is not None else None, origin=origin)
 
     def forward(
-        self, ids: torch.Tensor, start: int, cache: DynamicCache | None, keys: int | None = None
+        self, ids: torch.Tensor, start: int, cache: DynamicCache | None, keys: int | None = None, origin: int = 0
     ) -> torch.Tensor:
         """ids (B, n) at canvas positions [start, start+n), attending to `keys` keys (default
         start + n: every cached position and the new ones) -> logits (B, n, V) in float32."""
         length = ids.shape[1]
-        mask = block_causal_mask(start, length, keys or start + length, self.facts.block, ids.device)
+        mask = block_causal_mask(start, length, keys or start + length, self.facts.block, ids.device, origin)
         positions = torch.arange(start, start + length, device=ids.device)[None]
         out = self.model(
             input_ids=ids,
@@ -134,12 +136,12 @@ class DecoderDenoiser:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""
         return KVCache(self.model.config) if self.facts.block is not None else None
 
-    def new_window_cache(self) -> WindowCache | None:
+    def new_window_cache(self) -> ApproxKVCache | None:
         """Fast-dLLM's approximate cache, for full attention only (block-causal models have an exact one)."""
-        return WindowCache(self.model.config) if self.facts.block is None else None
+        return ApproxKVCache(self.model.config) if self.facts.block is None else None
 
     @torch.inference_mode()
-    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: WindowCache) -> torch.Tensor:
+    def refresh(self, ids: torch.Tensor, window: tuple[int, int], cache: ApproxKVCache) -> torch.Tensor:
         """One full pass over the canvas ids (B, L) -> logits (B, L, V); the cache keeps the keys/values
         of every position outside window = [lo, hi) for the window passes that follow."""
         lo, hi = window
@@ -149,7 +151,7 @@ class DecoderDenoiser:
         return logits
 
     @torch.inference_mode()
-    def window(self, ids: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+    def window(self, ids: torch.Tensor, cache: ApproxKVCache) -> torch.Tensor:
         """ids (B, hi - lo): the canvas in the cache's window -> logits (B, hi - lo, V), every other
         position read from the cache (left as it was: the window's keys/values are dropped again)."""
         lo, hi = cache.window
@@ -260,10 +262,14 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     empty tokenizer).
     """
     require_tokenizer(folder)
+    quiet_transformers()  # AutoTokenizer warns about any model_type it does not know
     try:
         if tokenizer_class is None:
             settings = settings_of(folder)
-            if "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
+            if not (folder / "tokenizer.json").is_file() and (folder / "merges.txt").is_file():
+                if settings.get("tokenizer_class") in (None, "PreTrainedTokenizerFast") or "auto_map" in settings:
+                    tokenizer_class = byte_level_class(folder)
+            elif "auto_map" in settings or settings.get("tokenizer_class") == "PreTrainedTokenizerFast":
                 tokenizer_class = PreTrainedTokenizerFast
         if tokenizer_class is None:
             tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False, local_files_only=True)
@@ -274,6 +280,16 @@ def load_tokenizer(folder: Path, tokenizer_class: Any = None) -> Any:
     if not tokenizer.get_vocab():
         raise ModelError(f"{folder}: the tokenizer files hold no tokens")
     return tokenizer
+
+
+def byte_level_class(folder: Path) -> Any:
+    """The transformers class that builds a GPT-2-style byte-level BPE from vocab.json + merges.txt
+    on the `tokenizers` library alone (AutoTokenizer, given no class it knows, would try a slow
+    tokenizer and ask for sentencepiece or tiktoken): Qwen2Tokenizer, Qwen's pre-tokenizer, for a
+    Qwen vocabulary (<|im_start|> among its tokens, as Qwen-based releases ship it), else GPT2Tokenizer."""
+    from transformers import GPT2Tokenizer, Qwen2Tokenizer
+
+    return Qwen2Tokenizer if "<|im_start|>" in TokenTable(folder).get_vocab() else GPT2Tokenizer
 
 
 # config.json keys that mean the same in Qwen2Config (copied when set, transformers' defaults otherwise).

@@ -16,6 +16,14 @@ Sources of the facts (the released files and reference code, read to understand)
 - Fast-dLLM v2: model_type "Fast_dLLM_Qwen", bd_size 32, mask |<MASK>| 151665 in the tokenizer
   only, stops on 151645 (<|im_end|>); its modeling shifts logits by one position.
 - DiffusionGemma: transformers' generation_diffusion_gemma (no mask token: uniform noise).
+- Tiny-A2D (ZHZisZZ/dllm: dllm/pipelines/a2d/models/qwen{2,3}, dllm/core/samplers/bd3lm.py,
+  dllm/utils/models.py get_tokenizer): model_type "a2d-qwen2" / "a2d-qwen3" on Qwen2 / Qwen3
+  layers; mask_token "<|mask|>" added to the tokenizer (not in config.json), eot <|im_end|>;
+  bd3lm vs mdlm by the checkpoint's name only (block 32, blocks from the answer; full attention).
+- CoDA (SalesforceAIResearch/CoDA, CoDALanguageModel/ config.json, generation_config.json,
+  modeling_coda.py, attention.py, generation_utils.py; README's serving defaults): see SPECS["coda"].
+- WeDLM (Tencent/WeDLM: hf_compat/configuration_wedlm.py, modeling_wedlm.py, wedlm/engine,
+  example.py): see SPECS["wedlm"].
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_optional_json
@@ -83,6 +91,7 @@ class TokenTable:
         elif (folder / "vocab.json").is_file():
             vocab.update(read_optional_json(folder / "vocab.json"))
         added = [(t.get("id"), t.get("content")) for t in whole.get("added_tokens") or [] if isinstance(t, dict)]
+        added += [(i, t) for t, i in read_optional_json(folder / "added_tokens.json").items()]  # Qwen's releases
         settings = read_optional_json(folder / "tokenizer_config.json")
         decoder = settings.get("added_tokens_decoder") or {}
         added += [(int(i), token_text(t)) for i, t in decoder.items() if str(i).isdigit()]
@@ -131,6 +140,16 @@ class Spec:
     vocab_keys: tuple[str, ...] = ("vocab_size",)  # the logits' width (the embedding rows)
     length_keys: tuple[str, ...] = ("max_position_embeddings",)
     default_length: int = 2048
+    # (word in the checkpoint's name, its attention block) where only the name tells them apart
+    # (Tiny-A2D: "bd3lm" block-causal, "mdlm" full attention); () = the block is in config.json.
+    named_blocks: tuple[tuple[str, int | None], ...] = ()
+    block_origin: Literal["zero", "answer"] = "zero"  # ModelFacts.block_origin of a block-causal checkpoint
+    # generation_config.json's Dream-style `alg` -> the ordering it means (CoDA); an alg missing
+    # from ALG_ORDERINGS leaves `defaults` as they are (facts.alg_note says so).
+    reads_alg: bool = False
+    mask_id: int | None = None  # the id the released code falls back to when no file names a mask (WeDLM)
+    attention: Literal["full", "filled-first"] = "full"  # ModelFacts.attention
+    block: int | None = None  # the attention block when config.json names none (LLaDA2: its sampler's)
 
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
@@ -158,7 +177,71 @@ SPECS = {
     "sdar": Spec(False, ("block_size",), "<|MASK|>", QWEN_TURN, default_length=32768),
     # Fast-dLLM v2: threshold 0.9 decoding in 32-token blocks (the CLI's default rule).
     "fast_dllm_v2": Spec(True, ("bd_size",), "|<MASK>|", QWEN_TURN, default_length=32768),
+    # Tiny-A2D (ZHZisZZ/dllm, dllm/pipelines/a2d; examples/a2d/{bd3lm,mdlm}/sample.py): logits at
+    # the same position (right_shift_logits False), <|mask|> added to the tokenizer, <|im_end|> as
+    # eot; greedy low-confidence remasking. bd3lm (BD3LMSampler): blocks of 32, the prompt
+    # left-padded to a block boundary, so blocks start where the answer does; mdlm: full attention.
+    "a2d": Spec(
+        False,
+        (),
+        "<|mask|>",
+        QWEN_TURN,
+        {"ordering": "confidence", "temperature": 0.0},
+        default_length=32768,
+        named_blocks=(("bd3lm", 32), ("mdlm", None)),
+        block_origin="answer",
+    ),
+    # CoDA (SalesforceAIResearch/CoDA, CoDALanguageModel/): Qwen3 layers, bidirectional (sdpa with
+    # is_causal False, no mask), logits shifted (generation_utils.py: cat([l[:, :1], l[:, :-1]])),
+    # mask_token_id 151669 (<|mask|>) in config.json, eos <|im_end|>; its serving defaults (README:
+    # ALG entropy, TEMPERATURE 0, BLOCK_LENGTH 32) unless generation_config's alg says otherwise.
+    "coda": Spec(
+        True,
+        (),
+        "<|mask|>",
+        QWEN_TURN,
+        {"ordering": "entropy", "temperature": 0.0, "block": 32},
+        default_length=40960,
+        reads_alg=True,
+    ),
+    # WeDLM (Tencent/WeDLM, hf_compat/modeling_wedlm.py, wedlm/engine/model_runner.py): causal
+    # attention over the canvas reordered, filled tokens first and masks after, each at its own
+    # rotary position (models/wedlm.py); each mask's logits at its own slot (not shifted); the
+    # mask is config.json's mask_token_id, else 151665 (the engine's and finetune's constant);
+    # the engine decodes a window of 16 (wedlm_window_size) greedily (example.py: temperature 0).
+    "wedlm": Spec(
+        False,
+        (),
+        None,
+        QWEN_TURN,
+        {"ordering": "confidence", "temperature": 0.0, "block": 16},
+        default_length=32768,
+        mask_id=151665,
+        attention="filled-first",
+    ),
+    # LLaDA2.x (dllm/pipelines/llada2: modeling_llada2_moe.py, sampler.py; dllm/utils/models.py
+    # get_tokenizer): block-causal in blocks of 32 from position 0, logits not shifted, <|mask|>
+    # (156895) added as the mask and <|role_end|> as end of turn; greedy, threshold 0.95.
+    "llada2": Spec(
+        False,
+        (),
+        "<|mask|>",
+        ("<|role_end|>", "<|endoftext|>"),
+        {"ordering": "confidence", "temperature": 0.0, "rule": "threshold", "threshold": 0.95},
+        default_length=32768,
+        mask_id=156895,
+        block=32,
+    ),
 }
+# Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
+# CoDA's release says "original", which its own sampler rejects ("Unknown alg"): not mapped.
+ALG_ORDERINGS = {"origin": "random", "maskgit_plus": "confidence", "topk_margin": "margin", "entropy": "entropy"}
+
+
+def alg_defaults(spec: Spec, generation: Mapping[str, Any]) -> dict[str, object]:
+    """The family's defaults, with the ordering generation_config.json's `alg` names where dcode has it."""
+    ordering = ALG_ORDERINGS.get(str(generation.get("alg"))) if spec.reads_alg else None
+    return {**spec.defaults, **({"ordering": ordering} if ordering else {})}
 
 
 def positive(config: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -178,6 +261,7 @@ def special_ids(
     mask_id = first_id(config.get("mask_token_id"), tokenizer.mask_token_id)
     if mask_id is None and spec.mask_token is not None:
         mask_id = token_id(tokenizer, spec.mask_token)
+    mask_id = first_id(mask_id, spec.mask_id)
     if mask_id is None:
         raise ModelError("neither config.json nor the tokenizer names a mask token")
     eos_ids = ids_of(config.get("eos_token_id")) | ids_of(generation.get("eos_token_id"))
@@ -186,6 +270,17 @@ def special_ids(
     eos_ids |= {i for i in (token_id(tokenizer, t) for t in spec.end_tokens) if i is not None}
     pad_id = first_id(config.get("pad_token_id"), tokenizer.pad_token_id, *sorted(eos_ids))
     return mask_id, frozenset(eos_ids), pad_id if pad_id is not None else mask_id
+
+
+def named_block(spec: Spec, folder: Path, name: str) -> int | None:
+    """The attention block a checkpoint's name says (Tiny-A2D's bd3lm and mdlm releases are alike
+    on disk): the last part of `name` (a Hugging Face id or a folder), else the folder's own name."""
+    label = (Path(name).name or folder.resolve().name).lower()
+    for word, block in spec.named_blocks:
+        if word in label:
+            return block
+    words = " or ".join(f"'{w}'" for w, _ in spec.named_blocks)
+    raise ModelError(f"{folder}: only the checkpoint's name says its attention here; name the folder with {words}")
 
 
 def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, name: str) -> ModelFacts:
@@ -203,6 +298,7 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
     if not 0 <= mask_id < vocab_size:
         raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
     shifted = spec.shifted if spec.shifted is not None else bool(config.get("shifted_logits", True))
+    block = named_block(spec, folder, name) if spec.named_blocks else positive(config, spec.block_keys) or spec.block
     return ModelFacts(
         name=name,
         family=family,
@@ -210,11 +306,13 @@ def state(family: str, folder: Path, config: Mapping[str, Any], tokenizer: Any, 
         eos_ids=eos_ids,
         pad_id=pad_id,
         shifted=shifted,
-        block=positive(config, spec.block_keys),
+        block=block,
+        block_origin=spec.block_origin if block is not None else "zero",
+        attention=spec.attention,
         max_length=positive(config, spec.length_keys) or spec.default_length,
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),
-        defaults={**spec.defaults, **(config.get("dcode_defaults") or {})},
+        defaults={**alg_defaults(spec, generation), **(config.get("dcode_defaults") or {})},
     )
 
 

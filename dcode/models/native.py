@@ -33,17 +33,21 @@ IGNORED_KEYS = ("rotary_emb.inv_freq",)
 
 
 def block_causal_mask(
-    query_start: int, query_len: int, key_len: int, block: int | None, device: torch.device
+    query_start: int, query_len: int, key_len: int, block: int | None, device: torch.device, origin: int = 0
 ) -> torch.Tensor:
-    """(1, 1, Lq, Lk) bool: query at absolute position q may see key k iff k // block <= q // block.
+    """(1, 1, Lq, Lk) bool: query at absolute position q may see key k iff
+    (k - origin) // block <= (q - origin) // block: blocks start at origin + n * block.
 
     block=None means full bidirectional attention (every query sees every key).
-    Example: block=2, 4 tokens -> row 0 sees keys 0-1, row 2 sees keys 0-3.
+    Example: block=2, 4 tokens -> row 0 sees keys 0-1, row 2 sees keys 0-3; with origin=1,
+    row 0 sees key 0 only and rows 1-2 see keys 0-2.
     """
     if block is None:
         return torch.ones(1, 1, query_len, key_len, dtype=torch.bool, device=device)
-    q = torch.arange(query_start, query_start + query_len, device=device) // block  # (Lq,)
-    k = torch.arange(key_len, device=device) // block  # (Lk,)
+    q = torch.div(
+        torch.arange(query_start, query_start + query_len, device=device) - origin, block, rounding_mode="floor"
+    )
+    k = torch.div(torch.arange(key_len, device=device) - origin, block, rounding_mode="floor")  # (Lk,)
     return (k[None, :] <= q[:, None])[None, None]
 
 

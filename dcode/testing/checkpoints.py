@@ -15,23 +15,32 @@ config.json (OLMo keys) and its modeling_llada.py names; JetAstra/SDAR training/
 (configuration_sdar.py, modeling_sdar.py: Qwen3 names with q_norm / k_norm) and generate.py
 (eos [151645, 151643], <|MASK|> 151669); Fast-dLLM v2's configuration.py / modeling.py (Qwen2
 names with q/k/v biases, bd_size 32, |<MASK>| 151665 in the tokenizer, stop 151645);
-transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained).
+transformers' DiffusionGemmaForBlockDiffusion (written by save_pretrained); ZHZisZZ/dllm
+dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
+the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added, <|im_end|> eot);
+SalesforceAIResearch/CoDA CoDALanguageModel/ (config.json, generation_config.json,
+tokenizer_config.json, modeling_coda.py); Tencent/WeDLM hf_compat/ (configuration_wedlm.py,
+modeling_wedlm.py) and wedlm/engine/model_runner.py (mask 151665 when config.json names none);
+dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's names).
 
-Lives beside the tokenizer trainer it uses (the qwen2 format's tokenizer is dcode-tiny's). Imports
+Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-FAMILIES = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
+FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
+FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda", "wedlm", "llada2")
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -141,7 +150,7 @@ def train_bpe(size: Size, specials: list[str]):  # -> tokenizers.Tokenizer
 
 
 def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict[str, int]:
-    """tokenizer.json ("json") or Qwen2's vocab.json + merges.txt ("vocab"), and a
+    """tokenizer.json ("json") or Qwen2's vocab.json + merges.txt + added_tokens.json ("vocab"), and a
     tokenizer_config.json declaring every special token. Returns special token -> id."""
     from dcode.train.tokenizer import SPECIAL_TOKENS
 
@@ -154,6 +163,8 @@ def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict
         (folder / "vocab.json").write_text(json.dumps(model["vocab"]))
         merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
         (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+        added_ids = {t: ids[t] for t in added}  # Qwen's releases ship added_tokens.json beside them
+        (folder / "added_tokens.json").write_text(json.dumps(added_ids, indent=2) + "\n")
     decoder = {
         str(i): {
             "content": t,
@@ -532,6 +543,175 @@ def write_fast_dllm_v2(folder: Path, size: Size, device: torch.device, seed: int
     return count
 
 
+QWEN3_TEMPLATE = (  # Qwen3's: enable_thinking=false writes an empty think block (dllm's default)
+    QWEN_TEMPLATE.replace(
+        "{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
+        "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}",
+    )
+)
+
+
+def write_a2d(folder: Path, size: Size, device: torch.device, seed: int, *, qwen3: bool = False) -> int:
+    """Tiny-A2D's format (dllm's convert.py + save_pretrained of A2DQwen{2,3}LMHeadModel): the
+    source Qwen's config keys under model_type "a2d-qwen2" / "a2d-qwen3", its weight names (Qwen2:
+    q/k/v biases; Qwen3: q_norm / k_norm, head_dim), the head tied as in Qwen2.5-Coder-0.5B and
+    Qwen3-0.6B; the tokenizer as Qwen ships it (vocab.json + merges.txt, Qwen2Tokenizer) with
+    <|mask|> added (dllm get_tokenizer) and named mask_token; eos [<|im_end|>, <|endoftext|>] in
+    generation_config.json. bd3lm or mdlm is the folder's name alone."""
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|mask|>"]
+    tokenizer = train_bpe(size, specials)
+    settings = {
+        "tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "mask_token": "<|mask|>", "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "chat_template": QWEN3_TEMPLATE if qwen3 else QWEN_TEMPLATE, "model_max_length": 32768,
+        "errors": "replace", "split_special_tokens": False,
+    }  # fmt: skip
+    ids = write_tokenizer(folder, tokenizer, settings, "vocab")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=False, qwen3=qwen3), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    kind = "Qwen3" if qwen3 else "Qwen2"
+    config = qwen_config(size, ids, tied=True) | {
+        "architectures": [f"A2D{kind}LMHeadModel"],
+        "model_type": f"a2d-{kind.lower()}",
+        "max_position_embeddings": size.max_positions,
+        "transformers_version": "4.57.1",
+    }
+    if qwen3:
+        config |= {"attention_bias": False, "head_dim": size.hidden // size.heads}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return count
+
+
+def write_coda(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """CoDA-v0-Instruct's format (SalesforceAIResearch/CoDA, CoDALanguageModel/): model_type "CoDA"
+    with its auto_map and training keys, Qwen3 names (q_norm / k_norm, no biases, head_dim), an
+    own lm_head, mask_token_id in config.json and pad 151643's token; tokenizer.json plus
+    vocab.json / merges.txt (Qwen2Tokenizer, mask_token <|mask|>, eos and bos <|im_end|>);
+    generation_config.json with the alg "original" it ships."""
+    ids = qwen_chat_tokenizer(folder, size, ["<|mask|>"], "Qwen2Tokenizer")
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    settings |= {"mask_token": "<|mask|>", "bos_token": "<|im_end|>", "padding_side": "right"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    config = {
+        k: v
+        for k, v in qwen_config(size, ids, tied=False).items()
+        if k not in ("tie_word_embeddings", "bos_token_id", "eos_token_id")
+    }
+    config |= {
+        "architectures": ["CoDALanguageModel"],
+        "auto_map": {"AutoConfig": "model_config.CoDAConfig", "AutoModel": "modeling_coda.CoDALanguageModel"},
+        "attention_bias": False, "attention_kernel": "flash_attention",
+        "block_masking_probability": [0.25, 0.5, 0.5, 0.75, 0.25],
+        "head_dim": size.hidden // size.heads, "mask_block_sizes": [4, 8, 16, 32], "mask_token_id": ids["<|mask|>"],
+        "model_type": "CoDA", "pad_token_id": ids["<|endoftext|>"], "prefix_probability": 0,
+        "sampling_eps": [0.001, 0.25, 0.5, 0.25, 0.001], "truncate_probability": 0, "transformers_version": "4.47.1",
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {
+        "alg": "original", "alg_temp": 0.2, "diffusion_steps": 10, "eps": 0.001, "mask_token_id": ids["<|mask|>"],
+        "max_tokens": 256, "output_history": False, "top_k": None, "top_p": None,
+    }  # fmt: skip
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return count
+
+
+def write_wedlm(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """WeDLM-8B-Instruct's format (Tencent/WeDLM hf_compat/configuration_wedlm.py): model_type
+    "wedlm", WeDLMForCausalLM, Qwen3 names (qk_norm true, attention_bias false, head_dim), untied
+    head, a Qwen3 chat tokenizer. The release names no mask in config.json and its code falls back
+    to 151665 (Qwen3's <tool_response>), a row a tiny embedding lacks: here config.json names the
+    tiny vocabulary's <tool_response> as mask_token_id, a key WeDLMConfig has."""
+    ids = qwen_chat_tokenizer(folder, size, ["<tool_response>"], "Qwen2Tokenizer")
+    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
+    count = save_weights(weights, folder, size.dtype)
+    config = qwen_config(size, ids, tied=False) | {
+        "architectures": ["WeDLMForCausalLM"],
+        "auto_map": {
+            "AutoConfig": "configuration_wedlm.WeDLMConfig",
+            "AutoModelForCausalLM": "modeling_wedlm.WeDLMForCausalLM",
+        },
+        "attention_bias": False,
+        "qk_norm": True,
+        "head_dim": size.hidden // size.heads,
+        "model_type": "wedlm",
+        "mask_token_id": ids["<tool_response>"],
+        "transformers_version": "4.57.1",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return count
+
+
+LLADA2_TEMPLATE = (  # Ling 2.0's turns, as LLaDA2's chat template writes them (inferred: not in dllm)
+    "{% for message in messages %}{{ '<role>' + message['role'] | upper + '</role>' + message['content'] "
+    "+ '<|role_end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<role>ASSISTANT</role>' }}{% endif %}"
+)
+
+
+def write_llada2(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """LLaDA2.0-mini's format (dllm configuration_llada2_moe.py / modeling_llada2_moe.py names):
+    model_type "llada2_moe", LLaDA2MoeModelLM; a dense first layer (first_k_dense_replace 1) and
+    mixture-of-experts layers after it (16 experts in 8 groups, top 4 within 4 groups here; the
+    release: 256, top 8), one shared expert, a fused query_key_value with q/k norms, partial rotary
+    0.5, an untied head; a tokenizer.json with <|mask|> and <|role_end|>."""
+    import torch
+
+    tokenizer = train_bpe(size, ["<|endoftext|>", "<|role_end|>", "<|mask|>"])
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "mask_token": "<|mask|>", "chat_template": LLADA2_TEMPLATE, "model_max_length": 32768,
+    }  # fmt: skip
+    ids = write_tokenizer(folder, tokenizer, settings, "json")
+    hidden, head_dim, experts, inner = size.hidden, size.hidden // size.heads, 16, 16
+    qkv = (size.heads + 2 * size.kv_heads) * head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.word_embeddings.weight": (size.rows, hidden), "model.norm.weight": (hidden,),
+        "lm_head.weight": (size.rows, hidden),
+    }  # fmt: skip
+    for i in range(size.layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "input_layernorm.weight": (hidden,), p + "post_attention_layernorm.weight": (hidden,),
+            p + "attention.query_key_value.weight": (qkv, hidden), p + "attention.dense.weight": (hidden, hidden),
+            p + "attention.query_layernorm.weight": (head_dim,), p + "attention.key_layernorm.weight": (head_dim,),
+        }  # fmt: skip
+        mlps = [(p + "mlp.", size.inner)] if i == 0 else [(p + f"mlp.experts.{e}.", inner) for e in range(experts)]
+        if i > 0:
+            mlps.append((p + "mlp.shared_experts.", inner))
+            shapes |= {p + "mlp.gate.weight": (experts, hidden), p + "mlp.gate.expert_bias": (experts,)}
+        for prefix, width in mlps:
+            shapes |= {
+                prefix + "gate_proj.weight": (width, hidden), prefix + "up_proj.weight": (width, hidden),
+                prefix + "down_proj.weight": (hidden, width),
+            }  # fmt: skip
+    weights = random_weights(shapes, seed, device, size.spread)
+    for name in [n for n in weights if n.endswith("expert_bias")]:  # learned load-balancing biases, small
+        weights[name] = 0.05 * torch.randn(experts, generator=torch.Generator().manual_seed(seed)).to(device)
+    count = save_weights(weights, folder, size.dtype)
+    config = {
+        "architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe",
+        "auto_map": {
+            "AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM",
+        },
+        "vocab_size": size.rows, "hidden_size": hidden, "intermediate_size": size.inner,
+        "num_hidden_layers": size.layers, "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
+        "head_dim": head_dim, "hidden_act": "silu", "use_qkv_bias": False, "use_qk_norm": True, "use_bias": False,
+        "rms_norm_eps": 1e-06, "norm_head": False, "tie_word_embeddings": False,
+        "max_position_embeddings": size.max_positions, "rope_theta": 600000, "rope_scaling": None,
+        "partial_rotary_factor": 0.5, "num_experts": experts,
+        "num_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 8, "topk_group": 4,
+        "routed_scaling_factor": 2.5, "moe_intermediate_size": inner, "first_k_dense_replace": 1,
+        "pad_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"], "torch_dtype": size.dtype,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return count
+
+
 def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """transformers' own format (save_pretrained of DiffusionGemmaForBlockDiffusion: encoder,
     decoder and head tied, written once; generation_config.json), a small MoE text model, a
@@ -589,13 +769,21 @@ def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: 
     return sum(p.numel() for p in model.parameters())
 
 
-WRITERS = {
+WRITERS: dict[str, Callable[..., int]] = {
     "qwen2": write_qwen2,
     "dream": write_dream,
     "llada": write_llada,
     "sdar": write_sdar,
     "fast_dllm_v2": write_fast_dllm_v2,
     "diffusion_gemma": write_diffusion_gemma,
+    # Tiny-A2D: the name carries bd3lm / mdlm, as the released ids do
+    "a2d_qwen2_bd3lm": write_a2d,
+    "a2d_qwen2_mdlm": write_a2d,
+    "a2d_qwen3_bd3lm": partial(write_a2d, qwen3=True),
+    "a2d_qwen3_mdlm": partial(write_a2d, qwen3=True),
+    "coda": write_coda,
+    "wedlm": write_wedlm,
+    "llada2": write_llada2,
 }
 
 
