@@ -31,14 +31,19 @@ ROOT = Path(__file__).resolve().parent.parent
 # `transformers serve` needs transformers[serving]: fastapi, uvicorn, openai's types, and accelerate
 # (it always loads with a device_map).
 MISSING = [name for name in ("accelerate", "fastapi", "uvicorn", "openai") if importlib.util.find_spec(name) is None]
-pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"transformers serve needs {', '.join(MISSING)}")
+pytestmark = [
+    pytest.mark.skipif(bool(MISSING), reason=f"transformers serve needs {', '.join(MISSING)}"),
+    pytest.mark.slow,  # ~40 s on two busy cores: building the model and starting the server take most
+]
 
 SPECIALS = ("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>")
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-WRITES = set(string.ascii_letters + string.digits + string.punctuation + " \n")  # the bytes the model may write
+# The bytes the model may write: lines of lower-case letters, which parse as Python (names) unless
+# a line is a keyword, so the paths that write files run too, not only those of exit 3.
+WRITES = set(string.ascii_lowercase + "\n")
 SOURCE = (
     "import sys\n\n\ndef first(a, b):\n    return a + b\n\n\n"
     "def middle(x):\n    total = 0\n    for i in range(x):\n        total += i\n    return total\n\n\n"
