@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -50,7 +51,9 @@ SOURCE = (
     'def last():\n    print("done", file=sys.stderr)\n'
 )
 MIDDLE = (8, 12)  # lines of `middle` in SOURCE, 1-based
-BROKEN = SOURCE.replace("def first(a, b):", "def first(a, b:")  # the error on line 1: a fill with no prefix
+# The error on line 1: the first round's span starts at byte 0, so a fill in the middle would have
+# an empty prompt (transformers serve fails on an empty input).
+BROKEN = "def first(a, b:\n    return a + b\n\n\n" + SOURCE[SOURCE.index("def middle") :]
 
 
 def build_model(folder: Path) -> None:
@@ -244,8 +247,12 @@ def test_edit_through_transformers_serve_keeps_every_byte_outside_the_symbol(ser
 def test_repair_through_transformers_serve_changes_only_the_broken_function(server: Server, tmp_path: Path) -> None:
     path = tmp_path / "broken.py"
     path.write_text(BROKEN)
-    done = dcode(server, "repair", str(path), cwd=tmp_path)
+    done = dcode(server, "repair", str(path), "--json", cwd=tmp_path)
     honest(done)
+    report = json.loads(done.stdout)
+    # every round's fills were answered: a repair stopped by a failed request is not a repair
+    assert report["rounds"] >= 1 and report["attempts"] >= 1 and "note" not in report, report.get("note", report)
+    assert report["changed"] == (path.read_text() != BROKEN), report
     result = path.read_text()
     kept = BROKEN[BROKEN.index("\n\n\ndef middle") :]  # everything after `first`
     assert result.endswith(kept), "".join(difflib.unified_diff(BROKEN.splitlines(True), result.splitlines(True)))
