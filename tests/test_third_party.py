@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import socket
 import string
 import subprocess
@@ -128,7 +129,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = home / "tiny-llama"
     build_model(folder)
     port, log = free_port(), home / "server.log"
-    program = Path(sys.executable).with_name("transformers")
+    program = Path(sys.executable).with_name("transformers")  # the venv's script, else the one on PATH
+    program = program if program.exists() else Path(shutil.which("transformers") or "transformers")
     command = [str(program), "serve", str(folder), "--device", "cpu", "--dtype", "float32"]
     command += ["--host", "127.0.0.1", "--port", str(port)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DCODE_", "OPENAI_"))}
