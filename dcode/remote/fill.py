@@ -158,11 +158,12 @@ def middle(
     """The text between before and after (where `old` stands now): fill in the middle, else (NO_FIM)
     a chat request carrying the whole file with the span marked. With nothing before or after the
     span (the whole file), fill in the middle would carry nothing of the file's purpose: the chat
-    request is sent, with `request` (what the file was written for). The Answer's text is the
-    middle only."""
+    request is sent, with `request` (what the file was written for). So is it for a span at the
+    file's start: an empty prompt crashes some servers' generation (transformers serve 5.24 answers
+    200, then "cannot reshape tensor of 0 elements"). The Answer's text is the middle only."""
     model = model_of(endpoint)
-    if before.strip() or after.strip():
-        prompt = before + (comment(language, instruction) if instruction else "")
+    prompt = before + (comment(language, instruction) if instruction else "")
+    if prompt.strip() and (before.strip() or after.strip()):
         body = {"model": model, "prompt": prompt, "suffix": after, "stream": True, **sampling.fields()}
         path = "/fim/completions" if endpoint.inception else "/completions"
         try:
