@@ -26,7 +26,7 @@ def new(
     **chosen: Any,
 ) -> None:
     """Write a new file from a request; with -o FILE --test CMD, then fix FILE until CMD passes
-(as `dcode fix`: exit 0 passes, 4 still fails)."""
+    (as `dcode fix`: exit 0 passes, 4 still fails)."""
     from dcode import flows
 
     # 1) validate everything that needs no model or server, so bad input costs nothing
