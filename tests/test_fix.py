@@ -555,3 +555,21 @@ def test_the_command_when_the_tests_pass_already(project: Path, monkeypatch: pyt
     assert re.sub(r"\d+\.\d s", "T s", result.stderr) == (
         f"dcode: fix: {PYTEST}: 2 passed (T s)\ndcode: passes: 2 passed; nothing to fix\n"
     )
+
+
+@pytest.mark.parametrize(("status", "code"), [(500, 1), (401, 2)])
+def test_a_server_that_fails_stops_the_fix_with_the_files_intact(project: Path, status: int, code: int) -> None:
+    """A server failing (500) or refusing the request (401) would fail every region: the fix
+    stops there with one line and the exit code of `dcode edit`, no file changed, no backup."""
+    from test_endpoint import ReplayServer, Reply
+
+    server = ReplayServer(lambda seen: Reply(status=status, body='{"error": {"message": "no"}}'))
+    try:
+        args = ["fix", "calc.py", "--test", PYTEST, "--endpoint", server.url, "--model", "m", "-q"]
+        result = CliRunner().invoke(app, args, env={"DCODE_LOG": "0"}, prog_name="dcode")
+    finally:
+        server.close()
+    assert result.exit_code == code, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("dcode: error: fix stopped: ") and f"({status})" in line
+    assert (project / "calc.py").read_text() == CALC and names(project) == ["calc.py", "test_calc.py"]
