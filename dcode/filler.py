@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 class FillError(RuntimeError):
     """A filler could not answer (a server failed mid-way, or its fill repeats the text after it):
-    one line. A repair pass that meets one stops and keeps the best text it had."""
+    one line. A repair pass that meets one stops and keeps the best text it had; `dcode fix`'s loop
+    (dcode.fixloop) skips the region and goes on."""
 
 
 @dataclass(frozen=True)

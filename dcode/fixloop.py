@@ -8,7 +8,8 @@ and the files' promises: each original backed up once (FILE.orig, by dcode.edit)
 regions and the instructions are dcode.fixtargets'.
 
 Knows nothing about models, endpoints, argv or the terminal: the fill is one callable,
-`regenerate(path, source, region, instruction) -> new source`, and the loop is a stream of
+`regenerate(path, source, region, instruction) -> new source` (a dcode.filler.FillError skips the
+region), and the loop is a stream of
 events (Tested, Rewrote, Skipped, Fixed) that the command draws and records.
 """
 
@@ -25,13 +26,12 @@ from pathlib import Path
 from typing import Literal
 
 from dcode.failures import Counts, Failure, counts, parse
+from dcode.filler import FillError
 from dcode.fixtargets import Target, Targets, instruction, pick
 
-Regenerate = Callable[[Path, str, tuple[int, int], str], str]  # (path, source, byte region, instruction) -> source
-
-
-class FillError(Exception):
-    """A region the filler cannot serve (too long for the model's context, say): skipped, the loop goes on."""
+# (path, source, byte region, instruction) -> source. A region it cannot serve (too long for the
+# model's context, say) raises dcode.filler.FillError: skipped, the loop goes on.
+Regenerate = Callable[[Path, str, tuple[int, int], str], str]
 
 
 @dataclass(frozen=True)

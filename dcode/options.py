@@ -1,8 +1,8 @@
 """Every option of the generating commands, declared once: name, flag, environment variable, help,
 default and type. Imports neither torch nor typer.
 
-The CLI builds the Typer options of `new`, `edit` and `repair` from these records
-(dcode.cli.options.with_options; NEW, EDIT and REPAIR_FILE are each command's whole list), the
+The CLI builds the Typer options of `new`, `edit`, `repair`, `fix` and `log` from these records
+(dcode.cli.options.with_options; NEW, EDIT, REPAIR_FILE, FIX and LOG_LIST are each command's whole list), the
 README's option table is checked against them (tests/test_cli.py), and a server reads a request's
 sampler settings by the same names (`sampler_settings`, then config.merge_family_defaults with
 `fields_set_by(the names given)`). A sampler option's default is SamplerConfig's own, so it is
@@ -10,7 +10,8 @@ written in one place only: dcode.config.
 
 Groups: SAMPLER (the SamplerConfig fields a user sets), REPAIR (the repair pass), MODEL (which
 model, on which device), ENDPOINT (a served model instead: where, the key sent to it, how to read
-its stream), OUTPUT (where the result goes and in what form) and VIEW (progress on the terminal).
+its stream), OUTPUT (where the result goes and in what form), VIEW (progress on the terminal),
+TESTING (the command `fix` and `new --test` run, and the loop's bounds) and LOG (the history).
 """
 
 from __future__ import annotations
@@ -226,9 +227,40 @@ JSON = Option("as_json", "--json", "DCODE_JSON", "Print the result and its metad
 OUTPUT: tuple[Option, ...] = (OUTPUT_OPTION, FORCE, LANG, JSON)
 DIFF = Option("diff", "--diff", None, "Print a unified diff; write nothing.", bool, False)  # edit and repair
 
+# The history (dcode log): every writing command records its run unless this is off.
+LOG = Option("log", "--log/--no-log", "DCODE_LOG", "Record this run in the history (dcode log).", bool, True)
+
+# dcode fix, and dcode new with -o FILE: the command that must pass, and the loop's bounds.
+TEST = Option(
+    "test",
+    "--test",
+    "DCODE_TEST",
+    "The command that must pass (run through the shell, here); new: needs -o FILE.",
+    str,
+    None,
+    optional=True,
+    shown="none",
+)
+ROUNDS = Option("rounds", "--rounds", "DCODE_FIX_ROUNDS", "Rounds of regenerate-and-test.", int, 3, min=0)
+TEST_TIMEOUT = Option(
+    "test_timeout",
+    "--test-timeout",
+    "DCODE_TEST_TIMEOUT",
+    "Seconds a run of --test may take before it is killed.",
+    float,
+    300.0,
+)
+TESTING: tuple[Option, ...] = (TEST, ROUNDS, TEST_TIMEOUT)
+FIX_DIFF = Option(
+    "diff", "--diff", None, "Print the change (a unified diff) on stdout.", bool, False, row="`--diff` (fix)"
+)
+
+# dcode log
+COUNT = Option("count", "--count", None, "How many of the latest records.", int, 10, min=1, short="-n")
+
 # Each generating command's options after its own parameters, in the order `--help` lists them.
-NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
-EDIT: tuple[Option, ...] = (EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW)
+NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW, *TESTING, LOG)
+EDIT: tuple[Option, ...] = (EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW, LOG)
 # `dcode repair` runs at least one round, and tries harder than a draft's repair: the file is the user's.
 REPAIR_FILE: tuple[Option, ...] = (
     DIFF,
@@ -239,10 +271,18 @@ REPAIR_FILE: tuple[Option, ...] = (
     replace(REPAIR_ROUNDS, min=1),
     replace(REPAIR_TRIES_OPTION, default=REPAIR_FILE_TRIES),
     *VIEW,
+    LOG,
 )
+# `dcode fix PATHS`: each region through edit's flow, so edit's model, sampler and repair options.
+FIX: tuple[Option, ...] = (
+    *TESTING, FIX_DIFF, JSON, LOG, EDIT_LENGTH, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW
+)  # fmt: skip
+LOG_LIST: tuple[Option, ...] = (COUNT, JSON)  # `dcode log`; `dcode log show ID` takes JSON
 
-ALL: tuple[Option, ...] = (*MODEL, *ENDPOINT, *OUTPUT, DIFF, LENGTH, EDIT_LENGTH, *SAMPLER, *REPAIR, *VIEW)
-BY_NAME: dict[str, Option] = {option.name: option for option in ALL if option is not EDIT_LENGTH}
+ALL: tuple[Option, ...] = (
+    *MODEL, *ENDPOINT, *OUTPUT, DIFF, LENGTH, EDIT_LENGTH, *SAMPLER, *REPAIR, *VIEW, *TESTING, FIX_DIFF, LOG, COUNT
+)  # fmt: skip
+BY_NAME: dict[str, Option] = {option.name: option for option in ALL if option not in (EDIT_LENGTH, FIX_DIFF)}
 
 
 def fields_set_by(names: Iterable[str]) -> set[str]:

@@ -23,6 +23,16 @@ from dcode.models.base import ModelFacts
 CONTEXT_BUCKETS = 97  # how many distinct context summaries the fake tells apart
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_history(tmp_path_factory: pytest.TempPathFactory):
+    """The commands the tests run (new, edit, repair, fix) record into a history of their own,
+    never the developer's (`dcode log`); subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
+        patch.delenv("DCODE_LOG_PATH", raising=False)
+        yield
+
+
 class FakeDenoiser:
     """A test fake satisfying dcode.models.base.Denoiser.
 

@@ -613,10 +613,15 @@ def test_the_longest_length_that_fits_is_accepted(tiny_checkpoint: Path) -> None
 
 
 def test_unknown_option_is_a_usage_error() -> None:
-    result = dcode_new([PROMPT, "--bogus"])
+    result = dcode_new([PROMPT, "--xyzzy"])
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr == "dcode: error: No such option: --bogus\n"
+    assert result.stderr == "dcode: error: No such option: --xyzzy\n"
+    near = dcode_new([PROMPT, "--round", "2"])  # click names the options it may mean, on the same line
+    assert (near.exit_code, near.stderr) == (
+        2,
+        "dcode: error: No such option: --round (Possible options: --entropy-bound, --repair-rounds, --rounds)\n",
+    )
 
 
 @pytest.mark.parametrize(
@@ -800,6 +805,22 @@ def test_commands_build_their_options_from_the_declarations(command: str) -> Non
     for option in SAMPLER:  # a sampler option's default is SamplerConfig's own
         assert option.field is not None
         assert option.default == getattr(SamplerConfig(), option.field)
+
+
+@pytest.mark.parametrize("command", ["fix", "log"])
+def test_fix_and_log_build_their_options_from_the_declarations(command: str) -> None:
+    import typer.main
+
+    from dcode.options import FIX, LOG_LIST
+
+    params = {p.name: p for p in typer.main.get_command(app).commands[command].params}  # type: ignore[attr-defined]
+    declared = {"fix": FIX, "log": LOG_LIST}[command]
+    assert {"fix": {"test", "rounds", "test_timeout", "log", "endpoint_key"}, "log": {"count"}}[command] <= set(params)
+    for option in declared:
+        param = params[option.name]
+        flags = [*param.opts, *param.secondary_opts]
+        assert "/".join(f for f in flags if f.startswith("--")) == option.flag
+        assert (param.envvar, param.help, param.default) == (option.env, option.help, option.default)
 
 
 def test_sampler_settings_by_option_name() -> None:

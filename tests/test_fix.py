@@ -15,18 +15,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Annotated, Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from dcode import fixloop, fixtargets
 from dcode.cli import app, fixing
-from dcode.cli.options import with_options
 from dcode.failures import parse
 from dcode.fixloop import Fixed, Settings, Targets, Workspace
-from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
 
 PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider"
 
@@ -272,8 +268,20 @@ def test_restore_puts_the_best_state_back(tmp_path: Path) -> None:
 
 
 def invoke(args: list[str], fill: ScriptedFill, monkeypatch: pytest.MonkeyPatch, env: dict[str, str] | None = None):
-    monkeypatch.setattr(fixing, "filler", lambda ctx, params: (fill, fixing.Fills(model="scripted")))
+    scripted_regenerator(fill, monkeypatch)
     return CliRunner().invoke(app, ["fix", *args], env={"DCODE_LOG": "0", **(env or {})}, prog_name="dcode")
+
+
+def scripted_regenerator(fill: ScriptedFill, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The command's fill is `fill`; returns the fillers it was handed (`dcode new`'s, with --test)."""
+    handed: list[object] = []
+
+    def regenerator(ctx, chosen, length=None, ready=None):
+        handed.append(ready)
+        return fill, fixing.Fills(model="scripted")
+
+    monkeypatch.setattr(fixing, "regenerator", regenerator)
+    return handed
 
 
 def test_the_command_fixes_prints_the_rounds_and_exits_0(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,7 +358,7 @@ import dcode.cli.fixing as fixing
 def slow(path, source, region, instruction):  # a scripted fill whose answer the tests block on
     return source.replace("return a + b + 1", "return a + b  # round 1")
 
-fixing.filler = lambda ctx, params: (slow, fixing.Fills(model="scripted"))
+fixing.regenerator = lambda ctx, chosen, **_: (slow, fixing.Fills(model="scripted"))
 from dcode.cli import main
 sys.argv = ["dcode", "fix", "calc.py", "--test", sys.argv[1], "--no-log"]
 main()
@@ -438,41 +446,71 @@ def test_the_loop_knows_nothing_of_models_or_the_command_line() -> None:
 
     assert dcode_imports("dcode.failures") == set() and dcode_imports("dcode.history") == set()
     assert dcode_imports("dcode.fixtargets") <= {"dcode.failures", "dcode.edit", "dcode.syntax"}
-    assert dcode_imports("dcode.fixloop") <= {"dcode.failures", "dcode.fixtargets", "dcode.edit", "dcode.files"}
+    allowed = {"dcode.failures", "dcode.fixtargets", "dcode.edit", "dcode.files", "dcode.filler"}
+    assert dcode_imports("dcode.fixloop") <= allowed
     done, heavy = heavy_modules_after("from dcode.cli import main\nmain()", argv=["dcode", "fix", "--help"])
     assert done.returncode == 0 and done.stdout.startswith("Usage: dcode fix [OPTIONS]"), done.stderr
     assert heavy == []
 
 
-stand_in = typer.Typer()
-
-
-@stand_in.command()
-@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
-def new(
-    ctx: typer.Context,
-    prompt: str,
-    output: Annotated[str, typer.Option("-o")],
-    test: fixing.TestOption = None,
-    rounds: fixing.RoundsOption = 3,
-    test_timeout: fixing.TestTimeoutOption = 300.0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-    **chosen: Any,
+def test_new_with_test_runs_the_same_loop_on_the_written_file(
+    project: Path, monkeypatch: pytest.MonkeyPatch, scripted
 ) -> None:
-    """A stand-in for `dcode new` with its options: writes the model's answer (with its off-by-one),
-    then does what `new -o FILE --test CMD` must: fix_written."""
-    Path(output).write_text(CALC)
-    if test:
-        fixing.fix_written(Path(output), test, rounds, test_timeout, ctx)
-
-
-def test_new_with_test_runs_the_same_loop_on_the_written_file(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fill = ScriptedFill(add=ADD)
-    monkeypatch.setattr(fixing, "filler", lambda ctx, params: (fill, fixing.Fills(model="scripted")))
-    args = ["add two numbers", "-o", "calc.py", "--test", PYTEST, "--json", "-q"]
-    result = CliRunner().invoke(stand_in, args, env={"DCODE_LOG": "0"})
-    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+    """`dcode new -o calc.py --test CMD`: the scripted model writes calc.py (an off-by-one), then
+    the fix loop, handed the filler that wrote it, fixes it; exit as fix's."""
+    (project / "calc.py").unlink()
+    made = scripted(CALC)
+    handed = scripted_regenerator(fill := ScriptedFill(add=ADD), monkeypatch)
+    args = ["new", "add two numbers", "-o", "calc.py", "--length", "40", "--no-repair", "--test", PYTEST]
+    result = CliRunner().invoke(app, [*args, "--json", "-q"], env={"DCODE_LOG": "0"}, prog_name="dcode")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["code"] == CALC and result.stderr == ""  # new's report, as written
     assert (project / "calc.py").read_text() == CALC.replace(" + 1\n", "\n") and len(fill.calls) == 1
+    assert (project / "calc.py.orig").read_text() == CALC
+    assert len(made) == 1 and getattr(handed[0], "denoiser", None) is made[0]  # one model, loaded once
+
+
+def test_new_with_test_that_still_fails_exits_4(project: Path, monkeypatch: pytest.MonkeyPatch, scripted) -> None:
+    (project / "calc.py").unlink()
+    scripted(CALC)
+    scripted_regenerator(ScriptedFill(add=CALC.split("\n\n\n")[0] + "\n"), monkeypatch)
+    args = ["new", "add", "-o", "calc.py", "--length", "40", "--no-repair", "--test", PYTEST, "--rounds", "1"]
+    result = CliRunner().invoke(app, args, env={"DCODE_LOG": "0"}, prog_name="dcode")
+    assert result.exit_code == 4, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("dcode: still fails: 1 failed, 1 passed -> 1 failed, 1 passed")
+    assert (project / "calc.py").read_text() == CALC
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--test", "true"], "--test runs on the written file: give it with -o FILE"),
+        (["-o", "-", "--test", "true"], "--test runs on the written file: give it with -o FILE"),
+        (["-o", "x.py", "--test", " "], "no test command: pass --test CMD (for example --test 'python -m pytest -q')"),
+        (["-o", "x.py", "--test", "true", "--test-timeout", "0"], "--test-timeout must be more than 0 seconds"),
+    ],
+)
+def test_new_test_without_a_file_is_a_usage_error(project: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["new", "add", *args], env={"DCODE_LOG": "0"}, prog_name="dcode")
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"dcode: error: {message}\n")
+    assert not (project / "x.py").exists()
+
+
+def test_the_local_model_loads_at_the_first_fill_through_the_edit_flow(
+    project: Path, monkeypatch: pytest.MonkeyPatch, scripted
+) -> None:
+    """No model loads when the tests pass; when they fail, one loads and dcode.flows.edit (the
+    scripted model filling the region's masks) writes the fix."""
+    (project / "calc.py").write_text(ADD + "\n\n" + MEAN)
+    made = scripted("def add(a, b):\n    return a + b\n")
+    passing = CliRunner().invoke(app, ["fix", "calc.py", "--test", PYTEST, "-q"], env={"DCODE_LOG": "0"})
+    assert passing.exit_code == 0 and made == []
+    (project / "calc.py").write_text(CALC)
+    args = ["fix", "calc.py", "--test", PYTEST, "-q", "--no-repair", "--rounds", "1", "--json"]
+    result = CliRunner().invoke(app, args, env={"DCODE_LOG": "0"})
+    assert result.exit_code == 0, result.stderr
+    assert (project / "calc.py").read_text() == ADD + "\n\n" + MEAN and len(made) == 1
+    assert json.loads(result.stdout)["model"] == "scripted"
 
 
 def run_of(output: str, code: int = 1, timed_out: bool = False) -> fixloop.Run:
@@ -517,3 +555,21 @@ def test_the_command_when_the_tests_pass_already(project: Path, monkeypatch: pyt
     assert re.sub(r"\d+\.\d s", "T s", result.stderr) == (
         f"dcode: fix: {PYTEST}: 2 passed (T s)\ndcode: passes: 2 passed; nothing to fix\n"
     )
+
+
+@pytest.mark.parametrize(("status", "code"), [(500, 1), (401, 2)])
+def test_a_server_that_fails_stops_the_fix_with_the_files_intact(project: Path, status: int, code: int) -> None:
+    """A server failing (500) or refusing the request (401) would fail every region: the fix
+    stops there with one line and the exit code of `dcode edit`, no file changed, no backup."""
+    from test_endpoint import ReplayServer, Reply
+
+    server = ReplayServer(lambda seen: Reply(status=status, body='{"error": {"message": "no"}}'))
+    try:
+        args = ["fix", "calc.py", "--test", PYTEST, "--endpoint", server.url, "--model", "m", "-q"]
+        result = CliRunner().invoke(app, args, env={"DCODE_LOG": "0"}, prog_name="dcode")
+    finally:
+        server.close()
+    assert result.exit_code == code, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("dcode: error: fix stopped: ") and f"({status})" in line
+    assert (project / "calc.py").read_text() == CALC and names(project) == ["calc.py", "test_calc.py"]

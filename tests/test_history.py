@@ -174,8 +174,9 @@ def test_a_fix_records_each_round(db: Path, tmp_path: Path, monkeypatch: pytest.
     def fill(path: Path, source: str, region: tuple[int, int], instruction: str) -> str:  # a scripted fake filler
         return source.replace(" + 1", "")
 
-    monkeypatch.setattr(fixing, "filler", lambda ctx, params: (fill, fixing.Fills(model="scripted", device="cpu")))
-    result = dcode("fix", "calc.py", "--test", PYTEST, "-q", "--api-key", "sk-never")
+    scripted = fixing.Fills(model="scripted", device="cpu")
+    monkeypatch.setattr(fixing, "regenerator", lambda ctx, chosen, **_: (fill, scripted))
+    result = dcode("fix", "calc.py", "--test", PYTEST, "-q", "--endpoint-key", "sk-never")
     assert result.exit_code == 0, result.stderr
     (entry,) = history.latest(db)
     assert (entry.command, entry.round, entry.verdict, entry.exit_code, entry.model) == (
@@ -191,7 +192,7 @@ def test_a_fix_records_each_round(db: Path, tmp_path: Path, monkeypatch: pytest.
         entry.answer
         == "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b + 1\n+    return a + b\n"
     )
-    assert entry.settings["test"] == PYTEST and "api_key" not in entry.settings
+    assert entry.settings["test"] == PYTEST and "endpoint_key" not in entry.settings
     assert "sk-never" not in db.read_bytes().decode("latin-1")
     again = dcode("fix", "calc.py", "--test", PYTEST, "-q", env={"DCODE_LOG": "0"})
     assert again.exit_code == 0 and len(history.latest(db)) == 1
@@ -217,3 +218,81 @@ def test_new_edit_and_repair_results_are_recorded_as_they_come(db: Path) -> None
     assert (new.command, new.files, new.tokens, new.passes, new.seconds, new.answer) == ("new", (), 14, 11, 1.25, code)
     assert (repaired.command, repaired.tokens, repaired.passes, repaired.seconds) == ("repair", 6, 3, 0.2)
     assert source != code
+
+
+SUM = "def add(a, b):\n    return a + b\n"
+
+
+def records(db: Path) -> list[Entry]:
+    return history.latest(db, 20)[::-1]  # oldest first
+
+
+def test_new_edit_and_repair_each_leave_a_record(db: Path, tmp_path: Path, monkeypatch, scripted) -> None:
+    """Through the real commands, the conftest's scripted model writing: one record each, with
+    what was asked, the model, the files and lines, the answer, the counters and the exit code;
+    the key sent to an endpoint never stored."""
+    monkeypatch.chdir(tmp_path)
+    scripted(SUM)
+    new = dcode("new", "add two numbers", "-o", "m.py", "--length", "20", "-q", "--seed", "3")
+    assert new.exit_code == 0, new.stderr
+    edit = dcode("edit", "m.py", "--symbol", "add", "--instruct", "keep it", "-q", "--endpoint-key", "sk-never")
+    assert edit.exit_code == 0, edit.stderr
+    (tmp_path / "broken.py").write_text("def add(a, b:\n    return a + b\n")
+    repair = dcode("repair", "broken.py", "--diff", "-q")
+    made, edited, repaired = records(db)
+    assert (made.command, made.prompt, made.model, made.device, made.endpoint) == (
+        "new", "add two numbers", "scripted", "cpu", None,
+    )  # fmt: skip
+    assert (made.answer, made.files, made.exit_code) == (SUM, (Touched("m.py"),), 0)
+    assert made.settings == {"length": 20, "seed": 3} and made.tokens and made.passes and made.seconds is not None
+    assert (edited.command, edited.prompt, edited.files, edited.exit_code) == (
+        "edit", "keep it", (Touched("m.py", ((1, 2),)),), 0,
+    )  # fmt: skip
+    assert edited.answer == (tmp_path / "m.py").read_text() and edited.settings == {"symbol": "add"}
+    assert (repaired.command, repaired.prompt, repaired.exit_code) == ("repair", None, repair.exit_code)
+    assert repaired.files == (Touched("broken.py"),) and repaired.answer is not None
+    assert "sk-never" not in db.read_bytes().decode("latin-1")
+
+
+def test_no_log_and_dcode_log_0_record_nothing(db: Path, tmp_path: Path, monkeypatch, scripted) -> None:
+    monkeypatch.chdir(tmp_path)
+    scripted(SUM)
+    assert dcode("new", "add", "-o", "m.py", "--length", "20", "-q", "--no-log").exit_code == 0
+    edit = dcode("edit", "m.py", "--instruct", "keep it", "-q", env={"DCODE_LOG": "0"})
+    assert edit.exit_code == 0, edit.stderr
+    assert dcode("repair", "m.py", "-q", "--no-log").exit_code == 0
+    assert not db.exists()
+    assert dcode("new", "add", "--length", "20", "-q").exit_code == 0 and len(records(db)) == 1
+
+
+def test_a_history_that_cannot_be_written_costs_the_command_one_line(tmp_path: Path, monkeypatch, scripted) -> None:
+    """The answer and the exit code are the command's; the history's failure is one warning line."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("DCODE_LOG_PATH", str(blocked / "logs.db"))
+    monkeypatch.delenv("DCODE_LOG", raising=False)
+    scripted(SUM)
+    result = dcode("new", "add", "--length", "20", "-q")
+    assert (result.exit_code, result.stdout) == (0, SUM)
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"dcode: warning: not recorded in the history: cannot open the history {blocked}")
+
+
+def test_an_endpoint_run_records_its_address_never_its_key(db: Path, tmp_path: Path, monkeypatch) -> None:
+    from test_endpoint import ReplayServer, fim_server
+
+    monkeypatch.chdir(tmp_path)
+    two = "\n\ndef two():\n    return 2\n"
+    (tmp_path / "m.py").write_text("def add(a, b):\n    return a - b\n" + two)
+    server = ReplayServer(fim_server(SUM))  # fills the middle: the region has code after it
+    try:
+        args = ["edit", "m.py", "--symbol", "add", "--instruct", "use plus", "--endpoint", server.url, "--model", "m"]
+        result = dcode(*args, "--no-repair", "-q", "--endpoint-key", "sk-never")
+    finally:
+        server.close()
+    assert result.exit_code == 0, result.stderr
+    (entry,) = records(db)
+    assert (entry.command, entry.model, entry.endpoint, entry.device, entry.dtype) == (
+        "edit", "m", server.url, None, None,
+    )  # fmt: skip
+    assert entry.answer == SUM + two and "sk-never" not in db.read_bytes().decode("latin-1")

@@ -1,22 +1,29 @@
 """Where the result of `dcode new`, `edit` or `repair` goes and what the command says about it, for
 a local model and through an endpoint alike: a diff, the file in place (an edit after a backup),
 another file or stdout, never a broken version of a file that parsed; the `--json` report, the
-summary line on stderr and the exit code.
+summary line on stderr and the exit code; and the record of it all in the history (`recorded`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dcode.cli.app import OK, RUNTIME, SYNTAX, fail, interrupted
+from dcode.cli.history import chosen_settings, remember_result
+from dcode.cli.running import who
 from dcode.events import Edited, Finished, Repaired
+
+if TYPE_CHECKING:
+    from dcode.filler import Filler
 
 PLURAL = {"pass": "passes", "chunk": "chunks"}
 
@@ -37,6 +44,35 @@ def summary_line(metadata: Mapping[str, object], model: str, unit: str = "pass")
             f"{repaired['rounds']} round(s), +{repaired['extra_forward_passes']} {units}"
         )
     return line
+
+
+@contextlib.contextmanager
+def recorded(
+    ctx: typer.Context,
+    filler: Filler,
+    result: Finished | Edited | Repaired,
+    prompt: str | None = None,
+    path: Path | None = None,
+) -> Iterator[None]:
+    """Deliver inside this: `result` goes into the history (dcode log) with the exit code the
+    delivery ends with, unless --no-log or DCODE_LOG=0. The one place `new`, `edit` and `repair`
+    record; a history that fails costs a warning line, never the answer or the exit code."""
+    chosen: Mapping[str, Any] = ctx.params
+    code: int | None = OK
+    try:
+        yield
+    except typer.Exit as done:
+        code = done.exit_code
+        raise
+    except BaseException:
+        code = None  # a reader gone or an interrupt mid-write: the command's own handler says which
+        raise
+    finally:
+        command = ctx.info_name or "?"
+        remember_result(
+            command, result, log=chosen.get("log", True), exit_code=code, prompt=prompt, path=path,
+            settings=chosen_settings(ctx), **who(filler),
+        )  # fmt: skip
 
 
 def finish_new(

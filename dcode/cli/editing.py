@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from dcode.cli.app import USAGE, app, fail, option_named
-from dcode.cli.delivery import Delivery, finish_edit
+from dcode.cli.delivery import Delivery, finish_edit, recorded
 from dcode.cli.options import with_options
 from dcode.cli.running import identity, run_flow
 from dcode.cli.stdio import read_prompt
@@ -72,7 +72,8 @@ def edit_command(
     shown, keys = identity(filler)
     keys |= {"language": language, "selection": symbol if symbol is not None else old_span}
     say = {"as_json": chosen["as_json"], "dry_run": dry_run, "quiet": chosen["quiet"]}
-    finish_edit(plan, output, shown, keys, old_span, **say)
+    with recorded(ctx, filler, edited, text, target or file):
+        finish_edit(plan, output, shown, keys, old_span, **say)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:

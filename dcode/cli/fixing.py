@@ -1,10 +1,11 @@
 """`dcode fix`: run the tests, regenerate the code their failures point into, run them again.
 
 The loop, the files' promises and the judging are dcode.fixloop's; this module reads the options,
-builds the one fill the loop calls (`filler`: the local model through dcode.pipeline.edit, or an
-endpoint through dcode.remote.flows.edit), prints the rounds and the summary, records each round
-in the history, and picks the exit code: 0 the command passes, 4 it still fails (the files at the
-best state reached), 1 runtime, 2 usage, 130/143 interrupted (the best state restored first).
+builds the one fill the loop calls (`regenerator`: dcode.flows.edit over a filler, the local model
+or an endpoint, under the live view as `dcode edit` draws it), prints the rounds and the summary,
+records each round in the history, and picks the exit code: 0 the command passes, 4 it still
+fails (the files at the best state reached), 1 runtime, 2 usage, 130/143 interrupted (the best
+state restored first).
 
 `dcode new ... -o FILE --test CMD` runs the same loop on the written file: `fix_written`.
 """
@@ -20,56 +21,29 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli.common import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted, view_mode
-from dcode.cli.history import LogOption, chosen_settings, remember
+from dcode.cli.app import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted, option_named
+from dcode.cli.history import chosen_settings, remember
+from dcode.cli.loading import sampler_config
 from dcode.cli.options import with_options
-from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
-from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
+from dcode.cli.running import endpoint_filler, live, model_filler, who
+from dcode.options import FIX
 
 if TYPE_CHECKING:
+    from dcode.events import Edited
+    from dcode.filler import Filler
     from dcode.fixloop import Fixed, FixEvent, Regenerate, Settings, Targets
 
 STILL_FAILS = 4  # the command still fails after the last round
 
-# Declared once; `dcode new` takes the same three (see fix_written).
-TestOption = Annotated[
-    str | None,
-    typer.Option("--test", envvar="DCODE_TEST", help="The command that must pass (run through the shell, here)."),
-]
-RoundsOption = Annotated[
-    int, typer.Option("--rounds", envvar="DCODE_FIX_ROUNDS", min=0, help="Rounds of regenerate-and-test.")
-]
-TestTimeoutOption = Annotated[
-    float,
-    typer.Option(
-        "--test-timeout",
-        envvar="DCODE_TEST_TIMEOUT",
-        min=0.1,
-        help="Seconds a run of --test may take before it is killed.",
-    ),
-]
-
 
 @app.command("fix")
-@with_options(*MODEL, *SAMPLER, *REPAIR, *VIEW)
+@with_options(*FIX)
 def fix_command(
     ctx: typer.Context,
     paths: Annotated[
         list[Path],
         typer.Argument(help="Files dcode may change; a folder: its source files, test files excepted."),
     ],
-    test: TestOption = None,
-    rounds: RoundsOption = 3,
-    test_timeout: TestTimeoutOption = 300.0,
-    diff: Annotated[bool, typer.Option("--diff", help="Print the change (a unified diff) on stdout.")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", envvar="DCODE_JSON", help="Print rounds, regions and runs as JSON.")
-    ] = False,
-    log: LogOption = True,
-    endpoint: EndpointOption = None,
-    api_key: ApiKeyOption = None,
-    stream_mode: StreamModeOption = "auto",
-    timeout: TimeoutOption = 60.0,
     **chosen: Any,
 ) -> None:
     """Run --test; while it fails, regenerate the function (or lines) each failure points into and
@@ -77,12 +51,26 @@ def fix_command(
     best state reached (originals kept as FILE.orig). Exit 0 passes, 4 still fails."""
     from dcode.fixloop import Settings, Targets
 
+    test = checked_test(ctx, chosen, needed=True)
+    assert test is not None
+    length = chosen["length"]
+    if length is not None and length < 1:
+        fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
+    targets = Targets.of(check_paths(paths), Path.cwd())
+    regenerate, fills = regenerator(ctx, chosen, length=length)
+    run_fix(targets, Settings(test, chosen["rounds"], chosen["test_timeout"]), regenerate, fills, chosen)
+
+
+def checked_test(ctx: typer.Context, chosen: Mapping[str, Any], needed: bool) -> str | None:
+    """--test (None when not given and not `needed`) after checking it and --test-timeout."""
+    test = chosen["test"]
+    if test is None and not needed:
+        return None
     if not test or not test.strip():
         fail("no test command: pass --test CMD (for example --test 'python -m pytest -q')", USAGE)
-    targets = Targets.of(check_paths(paths), Path.cwd())
-    settings = Settings(test, rounds, test_timeout)
-    regenerate, fills = filler(ctx, ctx.params)
-    run_fix(targets, settings, regenerate, fills, ctx.params)
+    if not chosen["test_timeout"] > 0:
+        fail(f"{option_named(ctx, 'test_timeout', '--test-timeout')} must be more than 0 seconds", USAGE)
+    return str(test)
 
 
 def check_paths(paths: list[Path]) -> list[Path]:
@@ -104,7 +92,7 @@ def check_paths(paths: list[Path]) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The fill: the one place that knows what regenerates a region
+# The fill: dcode edit's flow over a filler
 
 
 @dataclass
@@ -120,93 +108,69 @@ class Fills:
     seconds: float = 0.0
     settings: dict[str, object] = field(default_factory=dict)
 
+    def identify(self, filler: Filler) -> None:
+        known = who(filler)
+        self.model, self.device, self.dtype, self.endpoint = (
+            known["model"], known["device"], known["dtype"], known["endpoint"]
+        )  # fmt: skip
 
-def filler(ctx: typer.Context, params: Mapping[str, Any]) -> tuple[Regenerate, Fills]:
+    def add(self, edited: Edited) -> None:
+        repaired = edited.repair.forward if edited.repair is not None else 0
+        self.tokens, self.passes = self.tokens + edited.tokens, self.passes + edited.forward + repaired
+        self.seconds += edited.seconds
+
+
+def regenerator(
+    ctx: typer.Context, chosen: Mapping[str, Any], length: int | None = None, ready: Filler | None = None
+) -> tuple[Regenerate, Fills]:
     """The adapter from the loop's `regenerate(path, source, region, instruction) -> source` to
-    dcode's edit flow: an endpoint's (dcode.remote.flows.edit) when --endpoint is given, else the
-    local model's (dcode.pipeline.edit, the model loaded at the first fill, so a command that
-    passes from the start loads nothing). Its live view closes after each fill."""
-    from dcode.cli.common import sampler_config
-
-    config = sampler_config(params)  # a bad sampler option fails before anything runs
+    dcode.flows.edit, the one edit flow, over a filler: `ready` (the one `dcode new` wrote with),
+    else the endpoint (--endpoint, checked now), else the local model, loaded at the first fill so
+    that a command that passes from the start loads nothing. The live view closes after each fill.
+    A fill the flow refuses (too long for the context, an echo) is a FillError: the loop skips the
+    region; a server that fails stops the fix (exit 1, or 2 for a request it refused)."""
+    sampler_config(chosen)  # a bad sampler option fails before anything runs
     fills = Fills(settings=chosen_settings(ctx, always=("rounds", "test_timeout")))
-    if params.get("endpoint"):
-        return _endpoint_fill(params, fills), fills
-    return _local_fill(ctx, params, config, fills), fills
-
-
-def _local_fill(ctx: typer.Context, params: Mapping[str, Any], config: Any, fills: Fills) -> Regenerate:
-    from dcode.fixloop import FillError
-
-    loaded: dict[str, Any] = {}
+    made: list[Filler] = []
+    if ready is not None or chosen.get("endpoint"):
+        made.append(ready or endpoint_filler(ctx, chosen))
+        fills.identify(made[0])
 
     def regenerate(path: Path, source: str, region: tuple[int, int], instruction: str) -> str:
-        from dcode import pipeline, syntax, tui
-        from dcode.cli.common import load_model, pick_device, with_family_defaults
+        from dcode import flows, syntax
         from dcode.events import Edited
-        from dcode.render import Describer
+        from dcode.filler import FillError
 
-        if not loaded:
-            denoiser = load_model(params["model"], params["device"])
-            loaded.update(model=denoiser, config=with_family_defaults(config, denoiser, ctx))
-            fills.model, fills.device = denoiser.facts.name, denoiser.device.type
-            fills.dtype = str(pick_device(params["device"])[1]).removeprefix("torch.")
-        denoiser, settings = loaded["model"], loaded["config"]
+        if not made:
+            made.append(model_filler(ctx, chosen))
+            fills.identify(made[0])
         language = syntax.detect_language(str(path), source, None) or "python"
-        facts = denoiser.facts
-        describe = Describer(
-            denoiser.tokenizer, facts.mask_id, model=facts.name, device=fills.device or "cpu", language=language,
-            hidden=facts.eos_ids | {facts.pad_id},
-        )  # fmt: skip
-        rounds = params["repair_rounds"] if params["repair"] else 0
-        events = lambda: pipeline.edit(  # noqa: E731
-            denoiser, source, region, instruction, language, settings, None, rounds, str(path), params["repair_tries"]
-        )
+        rounds, tries = (chosen["repair_rounds"] if chosen["repair"] else 0), chosen["repair_tries"]
+        edit = lambda f: flows.edit(f, source, region, instruction, language, length, rounds, str(path), tries)  # noqa: E731
         try:
-            edited = tui.run_live(
-                events, describe, view=view_mode(params["quiet"], params["live"]), exit_when_done=True
-            )
-        except pipeline.InputError as error:
+            edited = live(made[0], edit, language, chosen, True)
+        except flows.InputError as error:
             raise FillError(str(error)) from None
+        except FillError as error:
+            stop_on_server_failure(error)
+            raise
         except (RuntimeError, MemoryError) as error:
             raise FillError(f"generation failed: {str(error).splitlines()[0] if str(error) else error!r}") from None
-        assert isinstance(edited, Edited)
-        repaired = edited.repair.forward if edited.repair is not None else 0
-        fills.tokens, fills.passes = fills.tokens + edited.tokens, fills.passes + edited.forward + repaired
-        fills.seconds += edited.seconds
+        if not isinstance(edited, Edited):
+            raise FillError("the fill ended without its result")
+        fills.add(edited)
         return edited.code
 
-    return regenerate
+    return regenerate, fills
 
 
-def _endpoint_fill(params: Mapping[str, Any], fills: Fills) -> Regenerate:
-    from dcode.cli import remote
+def stop_on_server_failure(error: Exception) -> None:
+    """A server that failed (or refused a request) fails the next fill too: the fix stops there,
+    the files at the best state (the loop restores them as the exit passes through it)."""
+    from dcode.remote.client import RemoteError
 
-    endpoint = remote.connect(params)  # bad endpoint options fail before the tests run
-    fills.model, fills.endpoint = endpoint.model, endpoint.shown
-
-    def regenerate(path: Path, source: str, region: tuple[int, int], instruction: str) -> str:
-        from dcode import syntax
-        from dcode.remote import flows
-
-        language = syntax.detect_language(str(path), source, None) or "python"
-        old = source.encode()[region[0] : region[1]].decode()
-        ask = remote.sampling(params, params.get("length") or flows.fill_budget(old, 32))
-        rounds = params["repair_rounds"] if params["repair"] else 0
-        changed = remote.run(
-            endpoint,
-            {**params, "exit_when_done": True},
-            lambda: flows.edit(
-                endpoint, source, region, instruction, language, ask, rounds, params["repair_tries"], str(path)
-            ),
-            language,
-        )
-        assert isinstance(changed, flows.Changed)
-        fills.tokens, fills.passes = fills.tokens + changed.answer.tokens, fills.passes + changed.answer.chunks
-        fills.seconds += changed.answer.seconds
-        return str(changed.code)
-
-    return regenerate
+    if isinstance(error, RemoteError):
+        fail(f"fix stopped: {error}", USAGE if error.kind == "usage" else RUNTIME)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +192,9 @@ def run_fix(
             seen.append(event)
             if not quiet:
                 say(event, settings.command)
+    except typer.Exit as stop:  # a server that failed, a model that would not load: the files are back
+        record_rounds(seen, fills, params, stop.exit_code)
+        raise
     except KeyboardInterrupt as error:  # the loop has put the best state back
         record_rounds(seen, fills, params, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
         interrupted(error)
@@ -372,12 +339,14 @@ def record_rounds(seen: list[FixEvent], fills: Fills, params: Mapping[str, Any],
         remember(entry, params["log"])
 
 
-def fix_written(path: Path, test: str, rounds: int, test_timeout: float, ctx: typer.Context) -> None:
-    """`dcode new ... -o FILE --test CMD`, after FILE is written: the same loop on FILE, with the
-    command's model options (ctx.params: MODEL, SAMPLER, REPAIR, VIEW, the endpoint group, `log`).
-    Exits with fix's code (0 passes, 4 still fails)."""
+def fix_written(ctx: typer.Context, filler: Filler, path: Path, test: str) -> None:
+    """`dcode new ... -o FILE --test CMD`, after FILE is written: the same loop on FILE, through the
+    filler that wrote it and the command's options (ctx.params: the model, sampler, repair, view and
+    endpoint groups, --rounds, --test-timeout, --log). Exits with fix's code (0 passes, 4 still fails)."""
     from dcode.fixloop import Settings, Targets
 
-    regenerate, fills = filler(ctx, ctx.params)
-    params = {"log": True, **ctx.params, "as_json": False, "diff": False, "test": test}  # new's --json is new's
-    run_fix(Targets.of([path], Path.cwd()), Settings(test, rounds, test_timeout), regenerate, fills, params)
+    chosen = ctx.params
+    regenerate, fills = regenerator(ctx, chosen, ready=filler)
+    params = {**chosen, "as_json": False, "diff": False}  # new's --json was new's report
+    settings = Settings(test, chosen["rounds"], chosen["test_timeout"])
+    run_fix(Targets.of([path], Path.cwd()), settings, regenerate, fills, params)

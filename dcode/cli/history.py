@@ -1,5 +1,6 @@
 """`dcode log`: the history of what dcode wrote (dcode.history's SQLite database), and `remember`,
-which every writing command calls to add its record.
+which every writing command calls to add its record (`new`, `edit` and `repair` through
+dcode.cli.delivery.recorded, `fix` once a round).
 
 Where the database is: DCODE_LOG_PATH, else $XDG_DATA_HOME/dcode/logs.db, else
 ~/.local/share/dcode/logs.db. DCODE_LOG=0 or `--no-log` records nothing. A database that is
@@ -17,16 +18,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli.common import RUNTIME, USAGE, app, fail
+from dcode.cli.app import RUNTIME, USAGE, app, fail
+from dcode.cli.options import with_options
+from dcode.options import JSON, LOG_LIST
 
 if TYPE_CHECKING:
     from dcode.history import Entry
-
-# The one declaration of the switch; a command that writes takes it as `log: LogOption = True`.
-LogOption = Annotated[
-    bool,
-    typer.Option("--log/--no-log", envvar="DCODE_LOG", help="Record this run in the history (dcode log)."),
-]
 
 
 def log_path() -> Path:
@@ -55,6 +52,7 @@ def remember(entry: Entry, log: bool = True, now: Callable[[], datetime] | None 
 _NOT_SETTINGS = frozenset(
     {"paths", "file", "files", "prompt", "instruct", "test", "output", "force", "diff", "dry_run", "as_json", "log"}
     | {"quiet", "live", "exit_when_done"}
+    | {"endpoint", "endpoint_key"}  # the endpoint is its own column, its URL cleaned; the key is never kept
 )
 
 
@@ -76,7 +74,7 @@ def remember_result(
     result: Any,
     *,
     log: bool,
-    exit_code: int,
+    exit_code: int | None,
     prompt: str | None = None,
     path: Path | None = None,
     model: str | None = None,
@@ -150,19 +148,16 @@ def line(entry: Entry) -> str:
 
 
 @log_app.callback()
-def log_command(
-    ctx: typer.Context,
-    count: Annotated[int, typer.Option("-n", "--count", min=1, help="How many of the latest records.")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="The records as a JSON list.")] = False,
-) -> None:
+@with_options(*LOG_LIST)
+def log_command(ctx: typer.Context, **chosen: Any) -> None:
     """List the latest records, newest first (`dcode log show ID` prints one answer)."""
     if ctx.invoked_subcommand is not None:
         return
     from dcode import history
 
-    entries = _read(lambda: history.latest(log_path(), count))
+    entries = _read(lambda: history.latest(log_path(), chosen["count"]))
     assert isinstance(entries, list)
-    if as_json:
+    if chosen["as_json"]:
         typer.echo(json.dumps([e.as_json() for e in entries], indent=2))
         return
     for entry in entries:
@@ -170,9 +165,9 @@ def log_command(
 
 
 @log_app.command("show")
+@with_options(JSON)
 def show_command(
-    id: Annotated[int, typer.Argument(help="The record's id (the first column of `dcode log`).")],
-    as_json: Annotated[bool, typer.Option("--json", help="The whole record as JSON.")] = False,
+    id: Annotated[int, typer.Argument(help="The record's id (the first column of `dcode log`).")], **chosen: Any
 ) -> None:
     """Print one record's answer (the code written, or the diff of a fix round)."""
     from dcode import history
@@ -180,7 +175,7 @@ def show_command(
     entry = _read(lambda: history.get(log_path(), id))
     if not isinstance(entry, history.Entry):
         fail(f"no record {id} in the history ({log_path()})", USAGE)
-    if as_json:
+    if chosen["as_json"]:
         typer.echo(json.dumps(entry.as_json(), indent=2))
     elif entry.answer:
         typer.echo(entry.answer, nl=not entry.answer.endswith("\n"))

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from dcode.cli.app import USAGE, app, fail
-from dcode.cli.delivery import finish_repair
+from dcode.cli.delivery import finish_repair, recorded
 from dcode.cli.options import with_options
 from dcode.cli.running import identity, run_flow
 from dcode.cli.targets import read_checkable, result_target
@@ -44,4 +44,5 @@ def repair_command(
     # 3) deliver: a diff, stdout, or the file (only if it got better)
     keys = identity(filler)[1] if chosen.get("endpoint") else {}
     say = {"diff": diff, "as_json": chosen["as_json"], "quiet": chosen["quiet"]}
-    finish_repair(source, done, file, target, to_stdout, keys, **say)
+    with recorded(ctx, filler, done, None, target or file):
+        finish_repair(source, done, file, target, to_stdout, keys, **say)

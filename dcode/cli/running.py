@@ -44,14 +44,9 @@ def run_flow(
     from dcode.filler import FillError
     from dcode.flows import InputError
 
-    view = view_mode(chosen["quiet"], chosen["live"])
     try:
-        from dcode import tui
-
         filler = endpoint_filler(ctx, chosen) if chosen.get("endpoint") else model_filler(ctx, chosen)
-        last = tui.run_live(
-            lambda: flow(filler), describer(filler, language), view=view, exit_when_done=chosen["exit_when_done"]
-        )
+        last = live(filler, flow, language, chosen, chosen["exit_when_done"])
     except typer.Exit:
         raise
     except InputError as error:
@@ -65,6 +60,18 @@ def run_flow(
     if not isinstance(last, result):
         fail(f"generation failed: the run ended without its {result.__name__} record", RUNTIME)
     return filler, last
+
+
+def live(
+    filler: Filler, flow: Callable[[Filler], Iterator[Event]], language: str, chosen: Mapping[str, Any], closes: bool
+) -> Event | None:
+    """`flow(filler)` under the live view (on a terminal's stderr, unless -q or --no-live); its last
+    event. Its errors are the caller's: run_flow turns them into exit codes, `dcode fix` into a
+    region skipped. `closes`: the view closes when the flow is done."""
+    from dcode import tui
+
+    view = view_mode(chosen["quiet"], chosen["live"])
+    return tui.run_live(lambda: flow(filler), describer(filler, language), view=view, exit_when_done=closes)
 
 
 def describer(filler: Filler, language: str) -> Describer:
@@ -136,3 +143,16 @@ def identity(filler: Filler) -> tuple[str, dict[str, object]]:
     if endpoint is None:
         return filler.model, {"model": filler.model}
     return f"{filler.model} at {filler.device}", {"model": filler.model, "endpoint": endpoint.shown}
+
+
+def who(filler: Filler) -> dict[str, str | None]:
+    """What the history keeps of the filler: the model and its device and dtype, or the endpoint's
+    address (dcode.history cleans it of any user, password or query; the key is never in it)."""
+    endpoint = getattr(filler, "endpoint", None)
+    if endpoint is not None:
+        return {"model": filler.model, "device": None, "dtype": None, "endpoint": endpoint.shown}
+    weights = getattr(getattr(filler, "denoiser", None), "model", None)
+    parameters = getattr(weights, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    dtype = str(first.dtype).removeprefix("torch.") if first is not None else None
+    return {"model": filler.model, "device": filler.device, "dtype": dtype, "endpoint": None}
