@@ -11,6 +11,7 @@ from dcode.cli.common import (
     USAGE,
     app,
     fail,
+    model_shown,
     option_named,
     read_checkable,
     read_prompt,
@@ -22,6 +23,7 @@ from dcode.cli.common import (
 from dcode.cli.delivery import Delivery, finish_edit
 from dcode.cli.options import with_options
 from dcode.cli.remote import ApiKeyOption, EndpointOption, StreamModeOption, TimeoutOption
+from dcode.dtypes import running_dtype
 from dcode.events import Edited
 from dcode.options import MODEL, REPAIR, SAMPLER, VIEW
 
@@ -107,9 +109,13 @@ def edit_command(
     # broken version of a file that parsed
     plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
     old_span = "the whole file" if lines is None and symbol is None else describe_region(source, region)
-    name = denoiser.facts.name
-    keys = {"model": name, "language": language, "selection": symbol if symbol is not None else old_span}
-    finish_edit(plan, output, name, keys, old_span, as_json=as_json, dry_run=dry_run, quiet=quiet)
+    keys = {
+        "model": denoiser.facts.name,
+        "dtype": running_dtype(denoiser),
+        "language": language,
+        "selection": symbol if symbol is not None else old_span,
+    }
+    finish_edit(plan, output, model_shown(denoiser), keys, old_span, as_json=as_json, dry_run=dry_run, quiet=quiet)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from dcode.cli.common import (
     fail,
     interrupted,
     language_for,
+    model_shown,
     option_named,
     output_target,
     read_prompt,
@@ -60,6 +61,7 @@ def new(
         from dcode.cli import remote
 
         return remote.run_new(ctx)
+    from dcode.dtypes import running_dtype
     from dcode.files import atomic_write
 
     # 1) validate everything that needs no model, so bad input costs nothing
@@ -98,13 +100,18 @@ def new(
         except KeyboardInterrupt as error:
             interrupted(error)
     if as_json:
-        extra = {"model": name, "language": language, "path": str(target) if target else None}
+        extra = {
+            "model": name,
+            "dtype": running_dtype(denoiser),
+            "language": language,
+            "path": str(target) if target else None,
+        }
         typer.echo(pipeline.report_json(finished, extra))
     elif target is None:
         sys.stdout.write(finished.code)
         sys.stdout.flush()
     if not quiet:
-        typer.echo(summary_line(metadata, name), err=True)
+        typer.echo(summary_line(metadata, model_shown(denoiser)), err=True)
     if finished.syntax_errors:
         where = target or "the output"
         typer.echo(f"dcode: warning: {finished.syntax_errors} syntax error(s) remain in {where}", err=True)

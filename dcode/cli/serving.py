@@ -129,7 +129,7 @@ def serve(
         from dcode.serve.engine import Engine
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
-    denoiser = load_model(chosen["model"], chosen["device"])
+    denoiser = load_model(chosen["model"], chosen["device"], chosen["dtype"])
     config = with_family_defaults(config, denoiser, ctx)
     engine = Engine(
         denoiser,
