@@ -375,6 +375,7 @@ def denoise(
             now = Pass(rows, block, reach, index, open_offsets, temperature, drafted)
             # 3) forward, as the strategy chosen above runs it: logits (R, reach-s, V) for positions [s, reach)
             logits, fed = forward(now)
+            logits = logits.float()  # a model run in bfloat16 may hand back its logits so: choose in float32 or wider
             forwards += 1
             # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
             if verify:
