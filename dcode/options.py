@@ -129,7 +129,15 @@ MODEL_OPTION = Option(
     shown="dcode-tiny",
 )
 DEVICE_OPTION = Option("device", "--device", "DCODE_DEVICE", "auto, cpu, cuda or mps.", str, "auto")
-MODEL: tuple[Option, ...] = (MODEL_OPTION, DEVICE_OPTION)
+DTYPE_OPTION = Option(
+    "dtype",
+    "--dtype",
+    "DCODE_DTYPE",
+    "auto, bfloat16, float16 or float32 (auto: bfloat16 on CUDA and on a CPU with native bfloat16).",
+    str,
+    "auto",
+)
+MODEL: tuple[Option, ...] = (MODEL_OPTION, DEVICE_OPTION, DTYPE_OPTION)
 
 LIVE_OPTION = Option(
     "live",

@@ -307,6 +307,65 @@ def check_arguments(
         raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
 
 
+def choosing_for(
+    model: Denoiser, config: SamplerConfig, gen: torch.Generator, start: int, ban: Sequence[int], dtype: torch.dtype
+) -> Choosing:
+    """What one denoise() call chooses with: the mask id and `ban` never written, and the tokens
+    that end the answer (EOS, and padding, which in training only ever follows the end)."""
+    facts, device = model.facts, model.device
+    ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=dtype, device=device)  # (m,)
+    suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)  # (k,)
+    return Choosing(config, gen, start, facts.mask_id, suppressed, ends, dtype, device)
+
+
+def snapshot(
+    canvas: torch.Tensor,
+    positions: torch.Tensor,
+    commit: Commit,
+    now: Pass,
+    forwards: int,
+    fed: int,
+    left: int,
+    renoises: bool,
+) -> Step:
+    """The Step a pass yields: a copy of the canvas on the CPU (the loop keeps writing it)."""
+    return Step(
+        canvas=canvas.to("cpu", copy=True),
+        committed=positions.cpu(),
+        scores=commit.scores[commit.picked].float().cpu(),
+        block=now.block,
+        forward=forwards,
+        input_tokens=fed,
+        masked=left,
+        done=left == 0,
+        renoised=len(now.open_offsets) if renoises else 0,
+        rows=len(now.rows),
+    )
+
+
+def next_pass(
+    canvas: torch.Tensor,
+    is_open: torch.Tensor,
+    block: tuple[int, int],
+    index: int,
+    drafts: Drafts,
+    size: int,
+    horizon: int,
+    config: SamplerConfig,
+    choosing: Choosing,
+) -> Pass:
+    """The block's next pass: the canvas alone (1, L) at the block's falling temperature, or the
+    verify rule's checked drafts in place (R, L) at one temperature, so that its fewer passes
+    sample what one pass per token samples."""
+    s, e = block
+    open_offsets = is_open[s:e].nonzero()[:, 0]  # (n,) block offsets of the positions to fill
+    if config.rule == "verify":
+        drafted, rows, reach = verify_rows(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
+        return Pass(rows, block, reach, index, open_offsets, config.temperature, drafted)
+    temperature = linear_temperature(config.temperature, config.cooling, index, horizon)
+    return Pass(canvas[None], block, e, index, open_offsets, temperature, open_offsets[:0])
+
+
 def denoise(
     model: Denoiser,
     canvas: torch.Tensor,
@@ -343,10 +402,8 @@ def denoise(
     is_open[:start] = False  # the prompt is never filled
     canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
     open_total = int(is_open[start:].sum())
-    # Tokens that end the answer: EOS, and padding, which in training only ever follows the end.
-    ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=canvas.dtype, device=device)
-    suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)
-    choosing = Choosing(config, gen, start, facts.mask_id, suppressed, ends, canvas.dtype, device)
+    choosing = choosing_for(model, config, gen, start, ban, canvas.dtype)
+    ends = choosing.ends
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
     forwards = 0
@@ -364,18 +421,12 @@ def denoise(
         drafts = ahead.pop(s, Drafts())
         index = 0  # passes in this block
         while bool(is_open[s:e].any()):
-            open_offsets = is_open[s:e].nonzero()[:, 0]  # (n,) block offsets of the positions to fill
-            # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place (one
-            # temperature, so that its fewer passes sample what one pass per token samples)
-            if verify:
-                temperature = config.temperature
-                drafted, rows, reach = verify_rows(canvas, open_offsets, block, drafts, size, choosing)  # (R, L)
-            else:
-                temperature = linear_temperature(config.temperature, config.cooling, index, horizon)
-                drafted, rows, reach = open_offsets[:0], canvas[None], e  # no drafts: the canvas alone, (1, L)
-            now = Pass(rows, block, reach, index, open_offsets, temperature, drafted)
+            # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place
+            now = next_pass(canvas, is_open, block, index, drafts, size, horizon, config, choosing)
+            open_offsets = now.open_offsets  # (n,) block offsets of the positions to fill
             # 3) forward, as the strategy chosen above runs it: logits (R, reach-s, V) for positions [s, reach)
             logits, fed = forward(now)
+            logits = logits.float()  # a model run in bfloat16 may hand back its logits so: choose in float32 or wider
             forwards += 1
             # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
             if verify:
@@ -394,15 +445,4 @@ def denoise(
                 pad_after_end(canvas, is_open, start, ends, facts.pad_id)
             left = int(is_open[start:].sum())
             # 6) a snapshot of the pass (the loop keeps writing the canvas)
-            yield Step(
-                canvas=canvas.to("cpu", copy=True),
-                committed=positions.cpu(),
-                scores=commit.scores[commit.picked].float().cpu(),
-                block=block,
-                forward=forwards,
-                input_tokens=fed,
-                masked=left,
-                done=left == 0,
-                renoised=len(open_offsets) if forward.renoises else 0,
-                rows=len(rows),
-            )
+            yield snapshot(canvas, positions, commit, now, forwards, fed, left, forward.renoises)

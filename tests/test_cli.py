@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from dcode import pipeline, sampler
 from dcode.cli import app
 from dcode.config import ORDERINGS, RULES, SamplerConfig
+from dcode.dtypes import cpu_dtype
 from dcode.models import EMBEDDED
 from dcode.syntax import LANGUAGES, find_issues
 
@@ -34,6 +35,7 @@ RULE_NAMES = "schedule, threshold, entropy-bound, verify"
 KEYS = {
     "code",
     "model",
+    "dtype",
     "language",
     "path",
     "tokens",
@@ -287,6 +289,7 @@ def test_json_report_is_complete_and_consistent() -> None:
     assert_generated(result, report["code"], quiet=False)
     assert_consistent(report, 16)
     assert report["model"] == "dcode-tiny"
+    assert report["dtype"] == cpu_dtype()  # --dtype auto on this machine's CPU
     assert report["language"] == "python"
     assert report["path"] is None
     # the stderr summary describes the same run
@@ -300,7 +303,7 @@ def test_json_report_is_complete_and_consistent() -> None:
     )
     assert seconds == f"{report['seconds']:.2f}"
     assert float(per_second) == report["tokens_per_second"]
-    assert model == "dcode-tiny"
+    assert model == f"dcode-tiny in {report['dtype']}"
     rounds = report.get("repair", {}).get("rounds", 0)
     assert (repaired is not None) == (rounds > 0)
 
@@ -665,7 +668,7 @@ def test_default_stderr_is_one_summary_line_and_quiet_is_silent() -> None:
     assert_generated(result, result.stdout, quiet=False)  # summary (+ warning if errors remain)
     assert result.stderr.startswith("dcode: ")
     found = SUMMARY.fullmatch(result.stderr.splitlines(keepends=True)[0])
-    assert found.group(6) == "dcode-tiny"
+    assert found.group(6) == f"dcode-tiny in {cpu_dtype()}"
     assert int(found.group(1)) <= 16
     quiet = dcode_new([PROMPT, *SHORT, "-q"])
     assert quiet.stdout == result.stdout

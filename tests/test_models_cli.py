@@ -144,22 +144,27 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
     here an SDAR folder with the released ids (JetAstra/SDAR config and generation_config)."""
     from test_families import cache_repo, release_files
 
+    from dcode.dtypes import cpu_dtype
+
     cache, _ = hub
     release_files(tmp_path / "sdar", "sdar")
     cache_repo(cache, "JetLM/SDAR-4B-Chat", tmp_path / "sdar")
     result = run(build_app(), ["models", "--verbose"])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1].startswith("dcode-tiny") and lines[5].startswith("JetLM/SDAR-4B-Chat")
-    assert lines[2:5] == [
+    assert lines[1].startswith("dcode-tiny") and lines[6].startswith("JetLM/SDAR-4B-Chat")
+    runs_in = f"  runs in: {cpu_dtype()} on this CPU, bfloat16 on CUDA (--dtype auto)"
+    assert lines[2:6] == [
         "  end of answer: <|eos|> (1)",
         "  pad: <|pad|> (0)   mask: <|mask|> (2)",
         "  logits shifted: yes   block: 16   max length: 2048",
+        runs_in,
     ]
-    assert lines[6:9] == [
+    assert lines[7:11] == [
         "  end of answer: <|endoftext|> (151643), <|im_end|> (151645)",
         "  pad: <|endoftext|> (151643)   mask: <|MASK|> (151669)",
         "  logits shifted: no   block: 4   max length: 32768",
+        runs_in,
     ]
     rows = json.loads(run(build_app(), ["models", "--verbose", "--json"]).stdout)
     sdar = rows[1]["facts"]

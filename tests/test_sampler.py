@@ -693,3 +693,34 @@ def test_the_forward_strategy_follows_the_model_and_the_settings(
     assert strategy(fake) is FullCanvas
     fake.facts = replace(fake.facts, noise="uniform")
     assert strategy(fake) is UniformNoise and strategy(fake, cache=False) is UniformNoise
+
+
+class HalfLogits(FakeDenoiser):
+    """The fake with its logits rounded to bfloat16, returned as bfloat16 (`as_bf16`) or as the
+    same values in float32: what a model run in bfloat16 that does not upcast its logits hands over."""
+
+    def __init__(self, as_bf16: bool, **options) -> None:
+        super().__init__(**options)
+        self.as_bf16 = as_bf16
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        rounded = super().logits(ids).bfloat16()
+        return rounded if self.as_bf16 else rounded.float()
+
+
+@pytest.mark.parametrize("rule", ["threshold", "entropy-bound", "verify", "schedule"])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_choices_do_not_depend_on_the_logits_dtype(rule: str, temperature: float) -> None:
+    """The sampler computes probabilities, scores and choices in float64 from whatever dtype the
+    model returns: bfloat16 logits choose exactly what the same values in float32 choose (a
+    probability 0.7005 must not round to 0.699 below a threshold of 0.7)."""
+    config = SamplerConfig(rule=rule, threshold=0.6, entropy_bound=0.8, temperature=temperature, repetition_penalty=1.3)
+    runs = []
+    for as_bf16 in (True, False):
+        model = HalfLogits(as_bf16, scale=0.6, block=8, shifted=True)
+        canvas = torch.tensor([5, 6, 7] + [model.facts.mask_id] * 29)
+        runs.append([(s.canvas, s.committed, s.scores) for s in denoise(model, canvas, 3, config)])
+    low, high = runs
+    assert len(low) == len(high)
+    for (a, b, c), (x, y, z) in zip(low, high, strict=True):
+        assert torch.equal(a, x) and torch.equal(b, y) and torch.equal(c, z)

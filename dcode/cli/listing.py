@@ -45,6 +45,7 @@ app.add_typer(models_app, name="models")
 def beliefs(name: str, path: Path) -> dict[str, object]:
     """What dcode believes about a checkpoint before trusting it (dcode.models.read_facts), as JSON
     values: each special token as {"id", "token"}; or {"error": ...} when its files do not say."""
+    from dcode.dtypes import cpu_dtype
     from dcode.models import ModelError, read_facts
     from dcode.models.facts import TokenTable, token_names
 
@@ -68,6 +69,7 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "attention": facts.attention,
         "max_length": facts.max_length,
         "vocab_size": facts.vocab_size,
+        "cpu_dtype": cpu_dtype(),  # what --dtype auto runs it in on this machine's CPU (bfloat16 on CUDA)
     }
 
 
@@ -91,6 +93,7 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
         f"  end of answer: {', '.join(show(t) for t in ends) or 'none'}",
         f"  pad: {show(facts['pad'])}   mask: {mask}",
         f"  logits shifted: {'yes' if facts['shifted'] else 'no'}   block: {block}   max length: {facts['max_length']}",
+        f"  runs in: {facts['cpu_dtype']} on this CPU, bfloat16 on CUDA (--dtype auto)",
     ]
 
 

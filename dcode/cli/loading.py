@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from dcode.models import Denoiser
 
 
-def pick_device(name: str) -> tuple[object, object]:
-    """(torch.device, dtype) for --device; a requested device that is absent is an error."""
+def pick_device(name: str, dtype: str = "auto") -> tuple[object, object]:
+    """(torch.device, dtype) for --device and --dtype; a requested device that is absent is an error."""
     import torch
+
+    from dcode.dtypes import DTYPES, cpu_flags, resolve_dtype
 
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
@@ -28,16 +30,18 @@ def pick_device(name: str) -> tuple[object, object]:
         fail("--device mps: no Apple GPU is available", USAGE)
     if name not in ("cpu", "cuda", "mps"):
         fail(f"unknown --device {name!r} (choose from auto, cpu, cuda, mps)", USAGE)
-    dtype = torch.bfloat16 if name == "cuda" else torch.float32
-    return torch.device(name), dtype
+    if dtype not in DTYPES:
+        fail(f"unknown --dtype {dtype!r} (choose from {', '.join(DTYPES)})", USAGE)
+    chosen = resolve_dtype(dtype, name, cpu_flags() if name == "cpu" else ())
+    return torch.device(name), getattr(torch, chosen)
 
 
-def load_model(spec: str | None, device: str) -> Denoiser:
+def load_model(spec: str | None, device: str, dtype: str = "auto") -> Denoiser:
     from dcode.models import ModelError, load
 
-    where, dtype = pick_device(device)
+    where, chosen = pick_device(device, dtype)
     try:
-        return load(spec, where, dtype)  # type: ignore[arg-type]
+        return load(spec, where, chosen)  # type: ignore[arg-type]
     except ModelError as error:
         fail(str(error), USAGE)
     except OSError as error:

@@ -19,6 +19,7 @@ import typer
 from dcode.cli.app import RUNTIME, USAGE, fail, interrupted, option_named
 from dcode.cli.loading import explicit_sampler_fields, load_model, sampler_config, with_family_defaults
 from dcode.cli.stdio import view_mode
+from dcode.dtypes import running_dtype
 from dcode.events import Edited, Finished, Repaired
 from dcode.options import SAMPLER
 
@@ -93,7 +94,7 @@ def model_filler(ctx: typer.Context, chosen: Mapping[str, Any]) -> Filler:
     from dcode.pipeline import ModelFiller
 
     config = sampler_config(chosen)  # a bad value is a usage error before the model loads
-    denoiser = load_model(chosen["model"], chosen["device"])
+    denoiser = load_model(chosen["model"], chosen["device"], chosen.get("dtype", "auto"))
     return ModelFiller(denoiser, with_family_defaults(config, denoiser, ctx))
 
 
@@ -137,12 +138,13 @@ def served_settings(ctx: typer.Context, chosen: Mapping[str, Any]) -> dict[str, 
 
 
 def identity(filler: Filler) -> tuple[str, dict[str, object]]:
-    """How the summary line names the filler's model, and the report's keys for it (an endpoint's
-    address, never its key)."""
+    """How the summary line names the filler's model ("dcode-tiny in bfloat16", "mercury-2 at
+    host"), and the report's keys for it (the dtype it ran in; an endpoint's address, never its key)."""
     endpoint = getattr(filler, "endpoint", None)
-    if endpoint is None:
-        return filler.model, {"model": filler.model}
-    return f"{filler.model} at {filler.device}", {"model": filler.model, "endpoint": endpoint.shown}
+    if endpoint is not None:
+        return f"{filler.model} at {filler.device}", {"model": filler.model, "endpoint": endpoint.shown}
+    dtype = running_dtype(getattr(filler, "denoiser", None))
+    return (f"{filler.model} in {dtype}" if dtype else filler.model), {"model": filler.model, "dtype": dtype}
 
 
 def who(filler: Filler) -> dict[str, str | None]:
@@ -151,8 +153,5 @@ def who(filler: Filler) -> dict[str, str | None]:
     endpoint = getattr(filler, "endpoint", None)
     if endpoint is not None:
         return {"model": filler.model, "device": None, "dtype": None, "endpoint": endpoint.shown}
-    weights = getattr(getattr(filler, "denoiser", None), "model", None)
-    parameters = getattr(weights, "parameters", None)
-    first = next(iter(parameters()), None) if callable(parameters) else None
-    dtype = str(first.dtype).removeprefix("torch.") if first is not None else None
+    dtype = running_dtype(getattr(filler, "denoiser", None))
     return {"model": filler.model, "device": filler.device, "dtype": dtype, "endpoint": None}

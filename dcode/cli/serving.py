@@ -161,7 +161,7 @@ def serve(ctx: typer.Context, **chosen: Any) -> None:
         from dcode.serve.server import descriptor_room, serve
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
-    denoiser = load_model(chosen["model"], chosen["device"])
+    denoiser = load_model(chosen["model"], chosen["device"], chosen["dtype"])
     config = with_family_defaults(config, denoiser, ctx)
     busy_draft, batching = chosen["busy_draft"], chosen["batching"]
     engine = Engine(

@@ -146,22 +146,30 @@ def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path
 def load(
     spec: str | None,
     device: torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     *,
     cache_dir: Path | str | None = None,
 ) -> Denoiser:
-    """Load the model named by `spec` onto `device` (default CPU, float32).
+    """Load the model named by `spec` onto `device` (default CPU) in `dtype` (default float32).
 
     `spec`: None / 'dcode-tiny', a checkpoint folder, or a Hugging Face id in the local cache.
+    `dtype`: a torch dtype, or a name of dcode.dtypes.DTYPES ("auto": dcode.dtypes.resolve_dtype
+    for the device); the weights are cast to it, whatever the files hold.
     Raises ModelError (one line) for anything that is not a loadable checkpoint.
     """
     import torch
 
+    where = device or torch.device("cpu")
+    if isinstance(dtype, str):
+        from dcode.dtypes import cpu_flags, resolve_dtype
+
+        flags = cpu_flags() if where.type == "cpu" else frozenset()
+        dtype = getattr(torch, resolve_dtype(dtype, where.type, flags))
     folder, name = resolve(spec, cache_dir)
     config = checkpoint.read_config(folder)
     family = require_family(config, folder)
     module = importlib.import_module(f"dcode.models.{FAMILIES[family].module}")
-    model: Denoiser = module.load(folder, device or torch.device("cpu"), dtype or torch.float32, name, config)
+    model: Denoiser = module.load(folder, where, dtype or torch.float32, name, config)
     return model
 
 

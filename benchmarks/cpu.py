@@ -1,0 +1,472 @@
+"""Parallel decoding on a CPU, float32 against bfloat16, in one run.
+
+    python benchmarks/cpu.py                       # both parts; writes docs/benchmarks/cpu/cpu.{json,md}
+    python benchmarks/cpu.py --limit 5 --shapes qwen2.5-0.5b --repeats 2 --out /tmp/cpu   # a quick look
+
+(a) dcode-tiny on the public prompts (dcode/bench/prompts.jsonl, every language), greedy, 256-token
+canvas, no repair, through `dcode new`'s pipeline, in float32 and in bfloat16: one token per pass
+left to right (verify with no drafts: the default's answers, with the block cache), the default
+(verify), threshold 0.7 and entropy bound 0.6 (--settings adds any of dcode.bench's names); wall
+time, tok/s, tokens and rows per pass, real code, key words, and how many answers are those of the
+same setting in float32. Beside them the same network run as an autoregressive model: causal
+attention, one token a step with its key/value cache (dcode.models.native's forward), greedy, for as
+many tokens as the default answered each prompt.
+
+(b) Real shapes with random weights on dcode.models.native's forward (Qwen2 layers; the Qwen3 and
+CoDA shapes without Qwen3's per-head q/k norm, a negligible share of the work): a 256-token prefix
+in the cache, then the median ms of one pass feeding a 32-token block in 1, 4, 8 and 16 rows (the
+verify rule's rows), and of one autoregressive step (1 token, 1 row, causal) over the same cache;
+float32, bfloat16 and, for the linears, int8 dynamic quantisation where torch has it for this CPU;
+the peak memory of each. tok/s at 1, 2, 3 and 5 tokens per pass is projected from the measured
+1-row block pass: only the tokens per pass are projected, the times are measured.
+
+Results carry the command, the date, the weights' sha256, the CPU model and its flags, torch's
+threads and the load average before and after (the machine is shared: compare within one run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dcode import pipeline
+from dcode.bench import PROMPTS, named, provenance, read_prompts, with_family
+from dcode.bench.metrics import Tally
+from dcode.bench.speed import PeakMemory
+from dcode.dtypes import NATIVE_BF16_FLAGS, cpu_flags
+from dcode.events import Finished, Step, drain
+from dcode.models import EMBEDDED, load, native
+
+OUT = Path("docs/benchmarks/cpu")
+DTYPES = ("float32", "bfloat16")
+SETTINGS = ("left-to-right", "model-defaults", "threshold-0.7", "entropy-bound-0.6")
+PREFIX, BLOCK, ROWS, PER_PASS = 256, 32, (1, 4, 8, 16), (1, 2, 3, 5)
+
+# Published configs (config.json of each release), as native.Shape reads them.
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-0.5b": {  # Qwen/Qwen2.5-Coder-0.5B(-Instruct), Tiny-A2D's bd3lm base
+        "vocab_size": 151936, "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+        "num_key_value_heads": 2, "intermediate_size": 4864, "tie_word_embeddings": True,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    },
+    "qwen3-0.6b": {  # Qwen/Qwen3-0.6B, Tiny-A2D's other base
+        "vocab_size": 151936, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "tie_word_embeddings": True,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    },
+    "coda-1.7b": {  # Salesforce/CoDA-v0-Instruct (Qwen3-1.7B layers)
+        "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 6144, "tie_word_embeddings": True,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    },
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) dcode-tiny on the public prompts
+
+
+def answers(model: Any, rows: list[dict[str, str]], setting: str) -> tuple[dict[str, float], list[str], list[int]]:
+    """Every prompt answered with `setting` as `dcode new --no-repair` would: the metrics' row, the
+    codes, and the answer tokens of each."""
+    config = with_family(named(setting), model.facts.defaults)
+    tally, codes, tokens = Tally(), [], []
+    cpu = time.process_time()
+    for row in rows:
+        seen: list[Any] = []
+        began = time.perf_counter()
+        done = drain(pipeline.new(model, row["prompt"], row["lang"], 256, config, 0), seen.append, result=Finished)
+        passes_rows = sum(event.rows for event in seen if isinstance(event, Step))
+        tally.add(row["prompt"], done.code, done.forward, done.tokens, time.perf_counter() - began, passes_rows)
+        codes.append(done.code)
+        tokens.append(done.tokens)
+    cpu_seconds = time.process_time() - cpu
+    summary = tally.summary() | {"cpu_seconds": cpu_seconds, "tokens_per_cpu_second": tally.tokens / cpu_seconds}
+    return summary, codes, tokens
+
+
+@torch.inference_mode()
+def autoregressive(model: Any, rows: list[dict[str, str]], counts: list[int]) -> dict[str, float]:
+    """The same network as an autoregressive model: causal attention, greedy, one token a step with
+    its key/value cache, `counts[i]` new tokens for prompt i (no end token stops it)."""
+    network, passes, tokens, seconds = model.model, 0, 0, 0.0
+    cpu = time.process_time()
+    for row, count in zip(rows, counts, strict=True):
+        ids = torch.tensor([pipeline.prompt_ids(model, row["prompt"], row["lang"])])
+        began = time.perf_counter()
+        cache = native.NativeCache()
+        start, step = 0, ids
+        for _ in range(max(1, count)):
+            n = step.shape[1]
+            mask = native.block_causal_mask(start, n, start + n, 1, ids.device)  # block 1: causal
+            logits = network(step, start, mask, cache)  # (1, n, V)
+            start += n
+            step = logits[:, -1:].float().argmax(-1)  # (1, 1)
+            passes += 1
+        seconds += time.perf_counter() - began
+        tokens += max(1, count)
+    return {
+        "prompts": len(rows),
+        "forward_passes": passes,
+        "rows_per_pass": 1.0,
+        "tokens": tokens,
+        "tokens_per_forward": tokens / passes,
+        "tokens_per_second": tokens / seconds,
+        "wall_seconds": seconds,
+        "cpu_seconds": time.process_time() - cpu,
+        "tokens_per_cpu_second": tokens / (time.process_time() - cpu),
+    }
+
+
+def tiny_part(rows: list[dict[str, str]], settings: tuple[str, ...]) -> list[dict[str, Any]]:
+    """(a): a result row per dtype and setting, then the autoregressive row of each dtype."""
+    out: list[dict[str, Any]] = []
+    codes: dict[tuple[str, str], list[str]] = {}
+    for dtype in DTYPES:
+        model = load(None, torch.device("cpu"), dtype)
+        counts: list[int] = []
+        for setting in settings:
+            summary, codes[dtype, setting], tokens = answers(model, rows, setting)
+            if setting == "model-defaults":
+                counts = tokens
+            same = sum(a == b for a, b in zip(codes["float32", setting], codes[dtype, setting], strict=True))
+            out.append({"dtype": dtype, "setting": setting, **summary, "same_as_float32": same})
+            print(json.dumps(out[-1]), flush=True)
+        out.append(
+            {"dtype": dtype, "setting": "autoregressive", **autoregressive(model, rows, counts or [64] * len(rows))}
+        )
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) real shapes, random weights
+
+
+def random_model(config: dict[str, Any], dtype: torch.dtype) -> native.Qwen2:
+    """A native Qwen2 of `config`'s shape with N(0, 0.02) weights (norms 1) in `dtype`."""
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = native.Qwen2(native.Shape.of(config), config)
+    model = model.to(dtype).to_empty(device="cpu")
+    for name, parameter in model.named_parameters():
+        if name.endswith("norm.weight"):
+            parameter.data.fill_(1.0)
+        else:
+            parameter.data.normal_(0.0, 0.02)
+    if model.shape.tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def int8_linears(model: native.Qwen2) -> native.Qwen2 | None:
+    """The model with every linear layer but the output head int8-quantised dynamically (torch's
+    quantize_dynamic, float32 activations), or None where torch has no int8 engine for this CPU."""
+    try:
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+        from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+    except ImportError:
+        return None
+    if (
+        "x86" not in torch.backends.quantized.supported_engines
+        and "fbgemm" not in torch.backends.quantized.supported_engines
+    ):
+        return None
+    for module in model.model.layers.modules():
+        if isinstance(module, native.Linear):
+            module.__class__ = torch.nn.Linear  # native.Linear only skips the random init
+    with warnings.catch_warnings():  # torch.ao's eager quantisation says it is moving to torchao
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            model.model.layers,
+            {torch.nn.Linear: default_dynamic_qconfig},
+            mapping={torch.nn.Linear: DynamicLinear},
+            inplace=True,
+        )
+    return model
+
+
+def median_ms(run: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median wall and process CPU time of `run` in ms over `repeats` calls, after one warm-up call.
+    On a shared machine the CPU time is the steadier one: it leaves out the time spent waiting for a core."""
+    began = time.perf_counter()
+    run()
+    walls, cpus = [], []
+    if time.perf_counter() - began > 2.0:  # a long call: its warm-up costs nothing worth discarding it for
+        repeats = max(1, repeats - 1)
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        run()
+        walls.append((time.perf_counter() - wall) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+@torch.inference_mode()
+def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
+    """ms (CPU time; wall time beside it) of a 32-token block pass in 1/4/8/16 rows and of a 1-token
+    causal step, over a 256-token cache."""
+    vocab = model.shape.vocab
+    prefix = torch.randint(0, vocab, (1, PREFIX), generator=torch.Generator().manual_seed(1))
+    cache = native.NativeCache()
+    model(prefix, 0, native.block_causal_mask(0, PREFIX, PREFIX, 1, prefix.device), cache)
+    result: dict[str, float] = {}
+
+    def block_pass(rows: int) -> Callable[[], object]:
+        ids = torch.randint(0, vocab, (rows, BLOCK), generator=torch.Generator().manual_seed(2))
+        mask = native.block_causal_mask(PREFIX, BLOCK, PREFIX + BLOCK, BLOCK, ids.device)  # the block sees itself
+
+        def run() -> object:
+            cache.widen(rows)
+            logits = model(ids, PREFIX, mask, cache)
+            cache.crop(PREFIX)
+            return logits
+
+        return run
+
+    for rows in ROWS[1:]:
+        result[f"block_{rows}_rows_wall_ms"], result[f"block_{rows}_rows_ms"] = median_ms(block_pass(rows), repeats)
+    step_ids = torch.tensor([[5]])
+    step_mask = native.block_causal_mask(PREFIX, 1, PREFIX + 1, 1, step_ids.device)
+
+    def step() -> object:
+        cache.widen(1)
+        logits = model(step_ids, PREFIX, step_mask, cache)
+        cache.crop(PREFIX)
+        return logits
+
+    # the ratio the targets use, measured in alternation so that both see the same load
+    block, walls, cpus = block_pass(1), {"block": [], "step": []}, {"block": [], "step": []}
+    for _ in range(max(5, repeats)):
+        for name, run in (("block", block), ("step", step)):
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            walls[name].append((time.perf_counter() - wall) * 1000)
+            cpus[name].append((time.process_time() - cpu) * 1000)
+    result["block_1_rows_wall_ms"], result["block_1_rows_ms"] = map(statistics.median, (walls["block"], cpus["block"]))
+    result["ar_step_wall_ms"], result["ar_step_ms"] = map(statistics.median, (walls["step"], cpus["step"]))
+    return result
+
+
+def release_memory() -> None:
+    """Give freed weights back to the system (glibc keeps freed heap pages, and the next model's
+    peak would then look smaller than it is)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def shapes_part(names: list[str], repeats: int, int8: bool) -> list[dict[str, Any]]:
+    """(b): a row per shape and dtype (and int8 linears where asked): ms per pass, memory, projections."""
+    out: list[dict[str, Any]] = []
+    for name in names:
+        config = SHAPES[name]
+        kinds = [*DTYPES, *(["int8"] if int8 and name == "qwen2.5-0.5b" else [])]
+        for kind in kinds:
+            with PeakMemory(torch.device("cpu")) as peak:
+                model = random_model(config, torch.float32 if kind == "int8" else getattr(torch, kind))
+                if kind == "int8" and int8_linears(model) is None:
+                    continue
+                timed = shape_passes(model, repeats)
+            weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.is_floating_point())
+            del model
+            release_memory()
+            one = timed["block_1_rows_ms"]
+            row = {"shape": name, "dtype": kind, **timed, "peak_mib": round(peak.mb), "memory": peak.kind}
+            row["float_weights_mib"] = round(weights / 2**20)
+            row["block_over_step"] = one / timed["ar_step_ms"]
+            row["ar_tok_s"] = 1000 / timed["ar_step_ms"]
+            row |= {f"tok_s_at_{k}_per_pass": k * 1000 / one for k in PER_PASS}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, the flags that decide bfloat16 and int8 speed, torch and its threads, load average."""
+    model_name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model_name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model_name = platform.processor()
+    wanted = sorted(
+        f for f in cpu_flags() if f in NATIVE_BF16_FLAGS or f.startswith(("avx512", "amx", "avx2", "avx_vnni"))
+    )
+    return {
+        "cpu": model_name,
+        "cores": os.cpu_count(),
+        "flags": wanted,
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def percent(row: dict[str, Any], key: str) -> str:
+    return f"{100 * row[key]:.0f}%" if key in row else "–"
+
+
+def tiny_markdown(rows: list[dict[str, Any]], prompts: int) -> str:
+    by = {(r["dtype"], r["setting"]): r for r in rows}
+    lines = [
+        "| dtype | setting | passes | rows a pass | tokens | tok/pass | wall s | CPU s | tok/s (wall) | tok per CPU s "
+        "| × left to right | × autoregressive | real code | key words | answers as float32's |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        l2r, ar = by[(r["dtype"], "left-to-right")], by[(r["dtype"], "autoregressive")]
+        speed = r["tokens_per_cpu_second"]
+        same = f"{r['same_as_float32']}/{prompts}" if "same_as_float32" in r else "–"
+        lines.append(
+            f"| {r['dtype']} | {r['setting']} | {r['forward_passes']} | {r['rows_per_pass']:.1f} | {r['tokens']} "
+            f"| {r['tokens_per_forward']:.2f} | {r['wall_seconds']:.1f} | {r['cpu_seconds']:.1f} "
+            f"| {r['tokens_per_second']:.1f} | {speed:.1f} | {speed / l2r['tokens_per_cpu_second']:.2f}× "
+            f"| {speed / ar['tokens_per_cpu_second']:.2f}× "
+            f"| {percent(r, 'real_code_rate')} | {percent(r, 'key_words_rate')} | {same} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def shapes_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| shape | dtype | block pass, 1 row ms (wall) | 4 rows | 8 rows | 16 rows | AR step ms (wall) | block / step "
+        "| peak MiB (float weights) | AR tok/s | projected tok/s at 1 / 2 / 3 / 5 tok/pass |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        projected = " / ".join(f"{r[f'tok_s_at_{k}_per_pass']:.1f}" for k in PER_PASS)
+        lines.append(
+            f"| {r['shape']} | {r['dtype']} | {r['block_1_rows_ms']:.0f} ({r['block_1_rows_wall_ms']:.0f}) "
+            f"| {r['block_4_rows_ms']:.0f} | {r['block_8_rows_ms']:.0f} | {r['block_16_rows_ms']:.0f} "
+            f"| {r['ar_step_ms']:.0f} ({r['ar_step_wall_ms']:.0f}) | {r['block_over_step']:.2f} "
+            f"| {r['peak_mib']} ({r['float_weights_mib']}) "
+            f"| {r['ar_tok_s']:.1f} | {projected} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def targets(report: dict[str, Any]) -> list[str]:
+    """Issue 28's targets, each met or not, with the numbers measured in this run."""
+    lines = []
+    tiny = {(r["dtype"], r["setting"]): r["tokens_per_cpu_second"] for r in report["tiny"]}
+    for dtype in DTYPES:
+        if (dtype, "model-defaults") not in tiny or (dtype, "left-to-right") not in tiny:
+            continue
+        default, l2r, ar = tiny[dtype, "model-defaults"], tiny[dtype, "left-to-right"], tiny[dtype, "autoregressive"]
+        best_ar = max(tiny[d, "autoregressive"] for d in DTYPES if (d, "autoregressive") in tiny)
+        lines.append(
+            f"- dcode-tiny {dtype}, default decoding >= 2x one token per pass: {default:.1f} against {l2r:.1f} tok "
+            f"per CPU s, {default / l2r:.2f}x: **{'met' if default >= 2 * l2r else 'not met'}**"
+        )
+        lines.append(
+            f"- dcode-tiny {dtype}, default decoding faster per token than the same-size autoregressive model with "
+            f"its cache: {default:.1f} against {ar:.1f} tok per CPU s in {dtype} ({default / ar:.2f}x), {best_ar:.1f} "
+            f"in its faster dtype ({default / best_ar:.2f}x): **{'met' if default > best_ar else 'not met'}**"
+        )
+    for r in report["shapes"]:
+        if r["shape"] == "qwen2.5-0.5b" and r["dtype"] == "bfloat16":
+            ratio = r["block_over_step"]
+            lines.append(
+                f"- Qwen2.5-Coder-0.5B shape, bfloat16: a 32-token block pass <= 2x a one-token step: "
+                f"{r['block_1_rows_ms']:.0f} against {r['ar_step_ms']:.0f} CPU ms, {ratio:.2f}x: "
+                f"**{'met' if ratio <= 2 else 'not met'}**"
+            )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for (a) (default: %(default)s)")
+    parser.add_argument("--shape-threads", type=int, default=1, help="torch threads for (b) (default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=0, help="(a): the first N prompts (0: all)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="(b): comma-separated (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=2, help="(b): timed calls per median (default: %(default)s)")
+    parser.add_argument("--no-int8", action="store_true", help="(b): skip int8 dynamic quantisation")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="(a): setting names (default: %(default)s)")
+    parser.add_argument("--skip-tiny", action="store_true")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "benchmarks/cpu.py", *(sys.argv[1:] if argv is None else argv)])
+    report: dict[str, Any] = {"provenance": provenance(command, EMBEDDED), "load_before": os.getloadavg()}
+    rows = read_prompts(PROMPTS, args.limit)
+    began = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    report["machine"] = machine()
+    settings = tuple(n.strip() for n in args.settings.split(",") if n.strip())
+    report["tiny"] = [] if args.skip_tiny else tiny_part(rows, settings)
+    torch.set_num_threads(args.shape_threads)
+    names = [n.strip() for n in args.shapes.split(",") if n.strip()]
+    report["shapes"] = shapes_part(names, args.repeats, not args.no_int8)
+    report |= {"load_after": os.getloadavg(), "seconds": round(time.perf_counter() - began)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cpu.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "cpu.md").write_text(markdown(report, len(rows), args))
+    print(markdown(report, len(rows), args), end="")
+    return report
+
+
+def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> str:
+    measured, box = report["provenance"], report["machine"]
+    load = ", ".join(f"{x:.2f}" for x in report["load_before"]), ", ".join(f"{x:.2f}" for x in report["load_after"])
+    head = (
+        f"Command: `{measured['command']}`  \nWeights: sha256 `{measured['weights_sha256']}`  \n"
+        f"Measured: {measured['date']}  \n"
+        f"CPU: {box['cpu']}, {box['cores']} cores, flags {' '.join(box['flags'])}; torch {box['torch']} "
+        f"({box['cpu_capability']}); load average (1, 5, 15 min) {load[0]} before, {load[1]} after; "
+        f"{report['seconds']} s in all.\n"
+    )
+    parts = [head, "\n## Targets (issue 28)\n\n" + "\n".join(targets(report)) + "\n"]
+    if report["tiny"]:
+        parts.append(
+            f"\n## dcode-tiny, float32 and bfloat16\n\n{prompts} public prompts (dcode/bench/prompts.jsonl), 256-token "
+            f"canvas, greedy, no repair, {args.threads} thread(s). model-defaults is what `dcode new` runs (verify); "
+            "left-to-right is one token per pass left to right (verify with no drafts: the same answers); "
+            "autoregressive is the same network run causally, one token a step with its key/value cache, for as "
+            "many tokens as model-defaults wrote. CPU s is the process's CPU time, which leaves out the time spent "
+            "waiting for a core on the shared machine; tok per CPU s and the × columns (ratios within the dtype) "
+            "use it.\n\n" + tiny_markdown(report["tiny"], prompts)
+        )
+    if report["shapes"]:
+        parts.append(
+            f"\n## Real shapes, random weights\n\ndcode.models.native's forward, {args.shape_threads} thread(s), "
+            f"in CPU ms (wall ms in brackets): a {BLOCK}-token block over a {PREFIX}-token cached prefix, fed in 4, 8 "
+            f"and 16 rows (median of {args.repeats} after a warm-up), and in 1 row alternating with one "
+            f"autoregressive step (1 token) over the same cache (median of {max(5, args.repeats)} pairs); "
+            "peak MiB is the process's memory high-water mark over its level before the model was "
+            "built (the float weights' share in brackets: the int8 layers are not in it). int8 (the 0.5B shape): its "
+            "linear layers "
+            "quantised dynamically (torch.ao quantize_dynamic), the output head in float32. The projected tok/s "
+            "multiply the measured 1-row block pass by tokens per pass; only the tokens per pass are projected.\n\n"
+            + shapes_markdown(report["shapes"])
+        )
+    parts.append(
+        "\n## llama.cpp\n\nNot measured: llama-cpp-python builds llama.cpp from source, which does not fit in "
+        "this run's ten minutes on two shared cores; the peer a CPU user would pick is left unmeasured here.\n"
+    )
+    return "".join(parts)
+
+
+if __name__ == "__main__":
+    main()
