@@ -181,9 +181,10 @@ def test_check_reads_a_fifo_as_cat_does(tmp_path: Path) -> None:
     writer = threading.Thread(target=(tmp_path / "pipe.py").write_text, args=(BROKEN,))
     writer.start()  # its open() waits for a reader, as with cat
     result = run(["check", str(tmp_path / "pipe.py")])
+    writer.join(timeout=30)  # dcode read it, so the writer ends (is_alive() at once can race its close)
     if writer.is_alive():  # dcode did not read it: let the writer go
         (tmp_path / "pipe.py").read_text()
-    writer.join()
+        writer.join()
     assert (result.exit_code, result.stderr) == (3, "")
     assert result.stdout.startswith(f"{tmp_path / 'pipe.py'}:2:")
     result = run(["check", "--lang", "python", "/dev/null"])  # a character device: empty, as for cat
