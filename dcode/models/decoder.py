@@ -31,7 +31,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import need, read_headers
+from dcode.models.checkpoint import need, read_headers, refuse_misfit
 from dcode.models.facts import STATE, TokenTable, require_tokenizer
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
 from dcode.models.plain_tokenizer import settings_of
@@ -238,9 +238,7 @@ def load_weights(
         ),
         *(f"unused {named(k)}" for k in sorted(info["unexpected_keys"]) if not unread(k)),
     ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+    refuse_misfit(folder, problems)
     return model.to(device).eval()
 
 
