@@ -315,6 +315,20 @@ def qwen_values(config: Mapping[str, Any], folder: Path, keys: tuple[str, ...], 
     return values
 
 
+def qwen_model(
+    config: Mapping[str, Any], folder: Path, *, qwen3: bool
+) -> tuple[type[PreTrainedModel], PretrainedConfig]:
+    """A Qwen-layered checkpoint's transformers class, Qwen3ForCausalLM (qwen3) or Qwen2ForCausalLM,
+    and its config from config.json (qwen_values); only the one asked for is imported (seconds)."""
+    if qwen3:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        return Qwen3ForCausalLM, make_config(Qwen3Config, qwen_values(config, folder, QWEN3_KEYS, "qwen3"), folder)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM, make_config(Qwen2Config, qwen_values(config, folder, QWEN2_KEYS, "qwen2"), folder)
+
+
 def build(
     folder: Path,
     config: Mapping[str, Any],
