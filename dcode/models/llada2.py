@@ -12,7 +12,8 @@ group's score: its two best), top `num_experts_per_tok` experts weighted by thei
 normalized and times routed_scaling_factor, plus `num_shared_experts` shared experts as one
 wider MLP. Block-causal attention in blocks of 32 counted from position 0 (sampler.py), logits
 not shifted; the facts are in facts.py (SPECS["llada2"]). Finished blocks are cached exactly.
-Owns the modules and loading the weights strictly. Knows nothing about sampling or files.
+Owns the modules (native's where they are the same); native.load_checked loads the weights strictly.
+Knows nothing about sampling or files.
 """
 
 from __future__ import annotations

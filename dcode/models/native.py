@@ -9,7 +9,8 @@ with q/k/v biases, SwiGLU, tied or untied output head, a block-causal mask and a
 finished blocks. A checkpoint asking for anything else (other RoPE types, sliding windows, full
 attention and its approximate window cache) is loaded by transformers instead (qwen2.native_fits).
 
-Owns: the modules, the attention mask, the cache, loading the weights strictly. Knows nothing
+Owns: the modules, the attention mask, the cache, loading the weights strictly (the layers'
+pieces and load_checked serve llada2's network too). Knows nothing
 about tokenizers, sampling, files other than the checkpoint's, or the terminal.
 """
 
