@@ -292,3 +292,17 @@ def drain(events: Iterable[Any], each: Callable[[Any], object] | None = None, *,
     if result is not None and not isinstance(last, result):
         raise TypeError(f"the stream ended with {type(last).__name__}, not {result.__name__}")
     return last
+
+
+def relayed(events: Iterable[Any], result: type[R]) -> Generator[Any, None, R]:
+    """Yield a stream's events but its `result` record, and return that record: `done = yield from
+    relayed(stream, Repaired)` passes a sub-stream on and keeps what it ended with.
+    The stream must yield one (AssertionError otherwise)."""
+    found: R | None = None
+    for event in events:
+        if isinstance(event, result):
+            found = event
+        else:
+            yield event
+    assert found is not None
+    return found

@@ -18,7 +18,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from dcode.config import REPAIR_TRIES
-from dcode.events import Edited, Event, Finished, Repaired, RepairRound, Unit
+from dcode.events import Edited, Event, Finished, Repaired, RepairRound, Unit, relayed
 from dcode.filler import Filler, FillError
 from dcode.fixes import judge
 from dcode.linediff import newline_of
@@ -60,7 +60,7 @@ def new(
     draft = yield from filler.draft(request, language, length, repair_rounds > 0)
     code = draft.text.strip("\n") + "\n" if draft.text.strip() else ""
     rounds = 0 if draft.checked else repair_rounds
-    repaired = yield from repaired_of(repair(filler, code, language, request, rounds, repair_tries, "draft"))
+    repaired = yield from relayed(repair(filler, code, language, request, rounds, repair_tries, "draft"), Repaired)
     final = repaired.code
     if final.strip() and not final.endswith("\n"):
         final += "\n"  # a new file ends with a line break, whatever the repair spliced at its end
@@ -76,18 +76,6 @@ def new(
         unit=draft.unit,
         extra=draft.extra,
     )
-
-
-def repaired_of(events: Iterator[Event]) -> Generator[Event, None, Repaired]:
-    """Pass a repair pass's events on and return its Repaired record."""
-    found: Repaired | None = None
-    for event in events:
-        if isinstance(event, Repaired):
-            found = event
-        else:
-            yield event
-    assert found is not None
-    return found
 
 
 def repair_file(
@@ -203,7 +191,7 @@ def repair_edit(
     repaired: Repaired | None = None
     used = False
     if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
-        repaired = yield from repaired_of(repair(filler, code, language, instruction, rounds, tries, "edit"))
+        repaired = yield from relayed(repair(filler, code, language, instruction, rounds, tries, "edit"), Repaired)
         fixed = repaired.code.encode()
         intact = fixed[:a] == data[:a] and fixed.endswith(suffix) and len(fixed) - len(suffix) >= a
         if repaired.code != code and intact:

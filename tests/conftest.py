@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 # Torch on one thread here and in the commands the tests start (before torch is imported): the
 # models are tiny, and two threads a process on two cores busy with other work thrash (the
@@ -318,3 +319,39 @@ def scripted(tokenizer, monkeypatch: pytest.MonkeyPatch):
         return made
 
     return use
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands on a family's tiny checkpoint.
+
+# Python with an unclosed call in `total`: something for `dcode repair` to do.
+BROKEN = (
+    "def total(items):\n    return sum(x for x in items\n\n\ndef mean(items):\n    return total(items) / len(items)\n"
+)
+
+
+def new_edit_repair(folder: Path, tmp_path: Path) -> tuple[Any, Any, Any]:
+    """Run `dcode new --json`, `dcode edit --diff` and `dcode repair --diff` with the checkpoint at
+    `folder` (DCODE_MODEL, the default length); each must end 0 or 3 (written, or issues left)
+    without a traceback.
+    Returns the three CliRunner results for the family's own checks."""
+    from typer.testing import CliRunner
+
+    from dcode.cli import app
+
+    env = {"DCODE_MODEL": str(folder), "DCODE_LENGTH": None}
+    runner = CliRunner()
+    new = runner.invoke(app, ["new", "add two numbers", "--length", "16", "--json", "-q"], env=env, prog_name="dcode")
+    assert new.exit_code in (0, 3), (new.exit_code, new.stderr, new.exception)
+    source = tmp_path / "m.py"
+    source.write_text("def total(items):\n    return sum(items)\n")
+    edit = runner.invoke(
+        app, ["edit", str(source), "--instruct", "add a docstring", "--diff"], env=env, prog_name="dcode"
+    )
+    assert edit.exit_code in (0, 3), (edit.exit_code, edit.stderr, edit.exception)
+    broken = tmp_path / "b.py"
+    broken.write_text(BROKEN)
+    repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
+    assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
+    assert "Traceback" not in new.stderr + edit.stderr + repair.stderr
+    return new, edit, repair

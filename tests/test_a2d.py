@@ -18,11 +18,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_families import DREAM_NAMES, SDAR_NAMES, SIZE, cache_repo, one_line_error, reference_logits, some_ids
-from typer.testing import CliRunner
+from conftest import new_edit_repair
+from test_families import (
+    DREAM_NAMES,
+    SDAR_NAMES,
+    SIZE,
+    cache_repo,
+    models_verbose,
+    one_line_error,
+    reference_logits,
+    some_ids,
+)
 
 from dcode import models
-from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.sampler import denoise
 from dcode.testing import checkpoints as tiny
@@ -147,44 +155,21 @@ def test_a_name_that_says_neither_is_one_line(folders: dict[str, Path], tmp_path
     assert model.facts.block is None  # the id says mdlm, whatever the snapshot folder is called
 
 
-BROKEN = (
-    "def total(items):\n    return sum(x for x in items\n\n\ndef mean(items):\n    return total(items) / len(items)\n"
-)
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_new_edit_repair_run(kind: str, folders: dict[str, Path], tmp_path: Path) -> None:
-    env = {"DCODE_MODEL": str(folders[kind]), "DCODE_LENGTH": None}
-    runner = CliRunner()
-    new = runner.invoke(app, ["new", "add two numbers", "--length", "16", "--json", "-q"], env=env, prog_name="dcode")
-    assert new.exit_code in (0, 3), (new.exit_code, new.stderr, new.exception)
+    new, _, _ = new_edit_repair(folders[kind], tmp_path)
     report = json.loads(new.stdout)
     assert report["model"] == str(folders[kind]) and "<|mask|>" not in report["code"]
-    source = tmp_path / "m.py"
-    source.write_text("def total(items):\n    return sum(items)\n")
-    edit = runner.invoke(
-        app, ["edit", str(source), "--instruct", "add a docstring", "--diff"], env=env, prog_name="dcode"
-    )
-    assert edit.exit_code in (0, 3), (edit.exit_code, edit.stderr, edit.exception)
-    broken = tmp_path / "b.py"
-    broken.write_text(BROKEN)
-    repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
-    assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
-    assert "Traceback" not in new.stderr + edit.stderr + repair.stderr
 
 
 def test_models_verbose_states_the_facts(
     folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cache_repo(cache, "dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1", folders["a2d_qwen2_bd3lm"])
-    cache_repo(cache, "dllm-hub/Qwen3-0.6B-diffusion-mdlm-v0.1", folders["a2d_qwen3_mdlm"])
-    result = CliRunner().invoke(app, ["models", "--verbose"], prog_name="dcode")
-    assert result.exit_code == 0, (result.stderr, result.exception)
-    lines = result.stdout.splitlines()
+    repos = {
+        "dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1": folders["a2d_qwen2_bd3lm"],
+        "dllm-hub/Qwen3-0.6B-diffusion-mdlm-v0.1": folders["a2d_qwen3_mdlm"],
+    }
+    lines = models_verbose(tmp_path, monkeypatch, repos)
     bd3lm = lines.index(next(line for line in lines if line.startswith("dllm-hub/Qwen2.5-Coder")))
     assert lines[bd3lm].split()[1] == "a2d"
     assert "block: 32 from the answer" in lines[bd3lm + 3] and "logits shifted: no" in lines[bd3lm + 3]

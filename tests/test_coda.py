@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_a2d import BROKEN
-from test_families import SDAR_NAMES, SIZE, cache_repo, reference_logits, some_ids
-from typer.testing import CliRunner
+from conftest import new_edit_repair
+from test_families import SDAR_NAMES, SIZE, models_verbose, reference_logits, some_ids
 
 from dcode import models
-from dcode.cli import app
 from dcode.testing import checkpoints as tiny
 
 NAMES = replace(SDAR_NAMES, head="lm_head.weight")  # Qwen3's names, CoDALanguageModel's own lm_head
@@ -73,31 +71,12 @@ def test_generation_config_alg_is_mapped(alg: str, ordering: str, coda_folder: P
 
 
 def test_new_edit_repair_run(coda_folder: Path, tmp_path: Path) -> None:
-    env = {"DCODE_MODEL": str(coda_folder)}
-    runner = CliRunner()
-    new = runner.invoke(app, ["new", "add two numbers", "--length", "16", "--json", "-q"], env=env, prog_name="dcode")
-    assert new.exit_code in (0, 3), (new.exit_code, new.stderr, new.exception)
+    new, _, _ = new_edit_repair(coda_folder, tmp_path)
     assert "<|mask|>" not in json.loads(new.stdout)["code"]
-    source = tmp_path / "m.py"
-    source.write_text("def total(items):\n    return sum(items)\n")
-    edit = runner.invoke(
-        app, ["edit", str(source), "--instruct", "add a docstring", "--diff"], env=env, prog_name="dcode"
-    )
-    assert edit.exit_code in (0, 3), (edit.exit_code, edit.stderr, edit.exception)
-    broken = tmp_path / "b.py"
-    broken.write_text(BROKEN)
-    repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
-    assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
 
 
 def test_models_verbose_states_the_facts(coda_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cache_repo(cache, "Salesforce/CoDA-v0-Instruct", coda_folder)
-    result = CliRunner().invoke(app, ["models", "--verbose"], prog_name="dcode")
-    lines = result.stdout.splitlines()
+    lines = models_verbose(tmp_path, monkeypatch, {"Salesforce/CoDA-v0-Instruct": coda_folder})
     row = lines.index(next(line for line in lines if line.startswith("Salesforce/CoDA-v0-Instruct")))
     assert lines[row].split()[1] == "coda"
     assert "mask: <|mask|>" in lines[row + 2]

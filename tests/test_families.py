@@ -559,6 +559,20 @@ def cache_repo(cache: Path, repo_id: str, source: Path | None, files: dict[str, 
     return snapshot
 
 
+def models_verbose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repos: dict[str, Path]) -> list[str]:
+    """`dcode models --verbose` over a hub cache holding `repos` (repo id -> checkpoint folder): the
+    lines of its stdout, after it ended 0."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    for repo_id, folder in repos.items():
+        cache_repo(cache, repo_id, folder)
+    result = CliRunner().invoke(app, ["models", "--verbose"], prog_name="dcode")
+    assert result.exit_code == 0, (result.stderr, result.exception)
+    return result.stdout.splitlines()
+
+
 @pytest.fixture(scope="module")
 def fake_cache(tmp_path_factory: pytest.TempPathFactory, dream_sharded_folder: Path, llada_folder: Path) -> Path:
     cache = tmp_path_factory.mktemp("hub")

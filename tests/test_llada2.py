@@ -15,13 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import new_edit_repair
 from safetensors.torch import load_file
-from test_a2d import BROKEN
-from test_families import SIZE, cache_repo, some_ids
-from typer.testing import CliRunner
+from test_families import SIZE, models_verbose, some_ids
 
 from dcode import models
-from dcode.cli import app
 from dcode.models import facts
 from dcode.testing import checkpoints as tiny
 
@@ -152,29 +150,11 @@ def test_the_released_mask_id(tmp_path: Path) -> None:
 
 
 def test_new_edit_repair_run(folder: Path, tmp_path: Path) -> None:
-    env = {"DCODE_MODEL": str(folder)}
-    runner = CliRunner()
-    new = runner.invoke(app, ["new", "add two numbers", "--length", "16", "--json", "-q"], env=env, prog_name="dcode")
-    assert new.exit_code in (0, 3), (new.exit_code, new.stderr, new.exception)
-    source = tmp_path / "m.py"
-    source.write_text("def total(items):\n    return sum(items)\n")
-    edit = runner.invoke(
-        app, ["edit", str(source), "--instruct", "add a docstring", "--diff"], env=env, prog_name="dcode"
-    )
-    assert edit.exit_code in (0, 3), (edit.exit_code, edit.stderr, edit.exception)
-    broken = tmp_path / "b.py"
-    broken.write_text(BROKEN)
-    repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
-    assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
+    new_edit_repair(folder, tmp_path)
 
 
 def test_models_verbose_states_the_facts(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cache_repo(cache, "inclusionAI/LLaDA2.0-mini", folder)
-    lines = CliRunner().invoke(app, ["models", "--verbose"], prog_name="dcode").stdout.splitlines()
+    lines = models_verbose(tmp_path, monkeypatch, {"inclusionAI/LLaDA2.0-mini": folder})
     row = lines.index(next(line for line in lines if line.startswith("inclusionAI/LLaDA2.0-mini")))
     assert lines[row].split()[1] == "llada2"
     assert "mask: <|mask|>" in lines[row + 2] and "logits shifted: no   block: 32" in lines[row + 3]

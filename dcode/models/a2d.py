@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.decoder import QWEN2_KEYS, QWEN3_KEYS, DecoderDenoiser, build, make_config, qwen_values
+from dcode.models.decoder import DecoderDenoiser, build, qwen_model
 
 if TYPE_CHECKING:
     import torch
@@ -24,30 +24,8 @@ if TYPE_CHECKING:
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local Tiny-A2D checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    if str(config.get("model_type", "")).lower() == "a2d-qwen3" or "A2DQwen3LMHeadModel" in (
+    qwen3 = str(config.get("model_type", "")).lower() == "a2d-qwen3" or "A2DQwen3LMHeadModel" in (
         config.get("architectures") or []
-    ):
-        values = qwen_values(config, folder, QWEN3_KEYS, "qwen3")
-        return build(
-            folder,
-            config,
-            Qwen3ForCausalLM,
-            make_config(Qwen3Config, values, folder),
-            device,
-            dtype,
-            name=name,
-            family="a2d",
-        )
-    values = qwen_values(config, folder, QWEN2_KEYS, "qwen2")
-    return build(
-        folder,
-        config,
-        Qwen2ForCausalLM,
-        make_config(Qwen2Config, values, folder),
-        device,
-        dtype,
-        name=name,
-        family="a2d",
     )
+    model_class, model_config = qwen_model(config, folder, qwen3=qwen3)
+    return build(folder, config, model_class, model_config, device, dtype, name=name, family="a2d")

@@ -140,6 +140,14 @@ def read_headers(folder: Path) -> dict[str, Tensor]:
     return tensors
 
 
+def refuse_misfit(folder: Path, problems: list[str]) -> None:
+    """A one-line ModelError naming the first way the weights do not fit the config (and how many
+    more there are); nothing when `problems` is empty. Example: ["missing lm_head.weight"]."""
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+
+
 def main_dtype(tensors: dict[str, Tensor]) -> str | None:
     """The dtype holding most parameters, by torch's name ('bfloat16'); None without tensors."""
     totals: dict[str, int] = {}

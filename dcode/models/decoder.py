@@ -31,7 +31,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import need, read_headers
+from dcode.models.checkpoint import need, read_headers, refuse_misfit
 from dcode.models.facts import STATE, TokenTable, require_tokenizer
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
 from dcode.models.plain_tokenizer import settings_of
@@ -238,9 +238,7 @@ def load_weights(
         ),
         *(f"unused {named(k)}" for k in sorted(info["unexpected_keys"]) if not unread(k)),
     ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+    refuse_misfit(folder, problems)
     return model.to(device).eval()
 
 
@@ -315,6 +313,20 @@ def qwen_values(config: Mapping[str, Any], folder: Path, keys: tuple[str, ...], 
     values.setdefault("tie_word_embeddings", "lm_head.weight" not in read_headers(folder))
     values["model_type"] = model_type
     return values
+
+
+def qwen_model(
+    config: Mapping[str, Any], folder: Path, *, qwen3: bool
+) -> tuple[type[PreTrainedModel], PretrainedConfig]:
+    """A Qwen-layered checkpoint's transformers class, Qwen3ForCausalLM (qwen3) or Qwen2ForCausalLM,
+    and its config from config.json (qwen_values); only the one asked for is imported (seconds)."""
+    if qwen3:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        return Qwen3ForCausalLM, make_config(Qwen3Config, qwen_values(config, folder, QWEN3_KEYS, "qwen3"), folder)
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM, make_config(Qwen2Config, qwen_values(config, folder, QWEN2_KEYS, "qwen2"), folder)
 
 
 def build(

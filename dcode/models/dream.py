@@ -14,18 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+from transformers import Qwen2Tokenizer
 
-from dcode.models.decoder import QWEN2_KEYS, DecoderDenoiser, build, make_config, qwen_values
+from dcode.models.decoder import DecoderDenoiser, build, qwen_model
 
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local Dream-family checkpoint folder (safetensors, possibly sharded) as a denoiser:
     full bidirectional attention, shifted logits (facts.SPECS["dream"])."""
-    values = qwen_values(config, folder, QWEN2_KEYS, "qwen2")
-    model_config = make_config(Qwen2Config, values, folder)
+    model_class, model_config = qwen_model(config, folder, qwen3=False)
     # The released tokenizer_config names a remote DreamTokenizer; Qwen2Tokenizer reads its files.
     return build(
-        folder, config, Qwen2ForCausalLM, model_config, device, dtype, name=name, family="dream",
+        folder, config, model_class, model_config, device, dtype, name=name, family="dream",
         tokenizer_class=Qwen2Tokenizer,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.decoder import QWEN2_KEYS, DecoderDenoiser, build, make_config, qwen_values
+from dcode.models.decoder import DecoderDenoiser, build, qwen_model
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +23,5 @@ if TYPE_CHECKING:
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local Fast-dLLM v2 checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    model_config = make_config(Qwen2Config, qwen_values(config, folder, QWEN2_KEYS, "qwen2"), folder)
-    return build(folder, config, Qwen2ForCausalLM, model_config, device, dtype, name=name, family="fast_dllm_v2")
+    model_class, model_config = qwen_model(config, folder, qwen3=False)
+    return build(folder, config, model_class, model_config, device, dtype, name=name, family="fast_dllm_v2")

@@ -12,7 +12,8 @@ group's score: its two best), top `num_experts_per_tok` experts weighted by thei
 normalized and times routed_scaling_factor, plus `num_shared_experts` shared experts as one
 wider MLP. Block-causal attention in blocks of 32 counted from position 0 (sampler.py), logits
 not shifted; the facts are in facts.py (SPECS["llada2"]). Finished blocks are cached exactly.
-Owns the modules and loading the weights strictly. Knows nothing about sampling or files.
+Owns the modules (native's where they are the same); native.load_checked loads the weights strictly.
+Knows nothing about sampling or files.
 """
 
 from __future__ import annotations
@@ -23,13 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import need, read_headers, weight_files
-from dcode.models.native import Embedding, Linear, NativeCache, RMSNorm, block_causal_mask, rotary, rotate
+from dcode.models.checkpoint import need, read_headers
+from dcode.models.native import (
+    MLP,
+    Embedding,
+    Linear,
+    NativeCache,
+    RMSNorm,
+    attend,
+    forward_cached,
+    load_checked,
+    rotary,
+    rotate,
+    run_layers,
+)
 
 
 @dataclass(frozen=True)
@@ -87,19 +98,6 @@ class Shape:
             qk_norm=bool(config.get("use_qk_norm", True)),
             tied=bool(config.get("tie_word_embeddings", False)),
         )
-
-
-class MLP(nn.Module):
-    """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, hidden: int, inner: int) -> None:
-        super().__init__()
-        self.gate_proj = Linear(hidden, inner, bias=False)
-        self.up_proj = Linear(hidden, inner, bias=False)
-        self.down_proj = Linear(inner, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 def route(scores: torch.Tensor, bias: torch.Tensor, shape: Shape) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,12 +168,8 @@ class Attention(nn.Module):
         r = s.rope_dim  # rotary on the first r dims of each head, the rest passes through
         q = torch.cat([rotate(q[..., :r], cos, sin), q[..., r:]], dim=-1)
         k = torch.cat([rotate(k[..., :r], cos, sin), k[..., r:]], dim=-1)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
-        groups = s.heads // s.kv_heads
-        keys, values = (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, D)
-        return self.dense(out.transpose(1, 2).reshape(b, n, s.heads * s.head_dim)), (k, v)
+        out, present = attend(q, k, v, mask, past)  # (B, H, L, D)
+        return self.dense(out.transpose(1, 2).reshape(b, n, s.heads * s.head_dim)), present
 
 
 class Layer(nn.Module):
@@ -215,12 +209,7 @@ class LLaDA2(nn.Module):
         x = self.model.word_embeddings(ids)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         cos, sin = rotary(positions, self.shape.rope_dim, self.shape.theta, x.dtype)  # (L, r)
-        cached = list(cache.layers) if cache is not None and cache.layers else None
-        for i, layer in enumerate(self.model.layers):
-            x, present = layer(x, cos, sin, mask, cached[i] if cached is not None else None)
-            if cache is not None:
-                cache.store(i, present)
-        return self.lm_head(self.model.norm(x))
+        return self.lm_head(self.model.norm(run_layers(self.model.layers, x, cos, sin, mask, cache)))
 
 
 def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> LLaDA2:
@@ -232,32 +221,8 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
         raise ModelError(f"{folder / 'config.json'}: {shape.experts} experts do not split into {shape.groups} groups")
     with torch.device("meta"):
         model = LLaDA2(shape)
-    weights: dict[str, torch.Tensor] = {}
-    try:
-        for path in weight_files(folder):
-            weights.update(load_file(str(path), device=str(device)))
-    except (OSError, ValueError) as error:
-        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
-    expected = dict(model.state_dict())
-    if shape.tied:  # the head is the embedding (a head saved anyway is left unread)
-        expected.pop("lm_head.weight")
-        weights.pop("lm_head.weight", None)
-    problems = [
-        *(f"missing {k}" for k in sorted(expected.keys() - weights.keys())),
-        *(
-            f"{k} has shape {tuple(weights[k].shape)}, the config needs {tuple(v.shape)}"
-            for k, v in sorted(expected.items())
-            if k in weights and weights[k].shape != v.shape
-        ),
-        *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith("inv_freq")),
-    ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
-    model.load_state_dict({k: weights[k].to(dtype) for k in expected}, strict=False, assign=True)
-    if shape.tied:
-        model.lm_head.weight = model.model.word_embeddings.weight
-    return model.to(device).eval()
+    embedding = model.model.word_embeddings if shape.tied else None
+    return load_checked(model, folder, device, dtype, tied=embedding, ignored=("inv_freq",))
 
 
 @dataclass
@@ -272,12 +237,7 @@ class LLaDA2Denoiser:
     def __call__(self, ids: torch.Tensor, cache: NativeCache | None = None) -> torch.Tensor:
         """ids (B, L) at canvas positions [P, P+L), P = cache.length -> logits (B, L, V) in float32;
         with a cache, the new positions' keys/values are appended to it (the caller crops)."""
-        start = 0
-        if cache is not None:
-            cache.widen(ids.shape[0])
-            start = cache.length
-        mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], self.facts.block, ids.device)
-        return self.model(ids, start, mask, cache).float()
+        return forward_cached(self.model, ids, cache, self.facts.block)
 
     def new_cache(self) -> NativeCache | None:
         return NativeCache() if self.facts.block is not None else None

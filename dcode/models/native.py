@@ -9,7 +9,8 @@ with q/k/v biases, SwiGLU, tied or untied output head, a block-causal mask and a
 finished blocks. A checkpoint asking for anything else (other RoPE types, sliding windows, full
 attention and its approximate window cache) is loaded by transformers instead (qwen2.native_fits).
 
-Owns: the modules, the attention mask, the cache, loading the weights strictly. Knows nothing
+Owns: the modules, the attention mask, the cache, loading the weights strictly (the layers'
+pieces and load_checked serve llada2's network too). Knows nothing
 about tokenizers, sampling, files other than the checkpoint's, or the terminal.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +27,11 @@ from safetensors.torch import load_file
 from torch import nn
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import weight_files
+from dcode.models.checkpoint import refuse_misfit, weight_files
 
 # Buffers some checkpoints carry that are recomputed here; their presence is harmless.
 IGNORED_KEYS = ("rotary_emb.inv_freq",)
+M = TypeVar("M", bound=nn.Module)  # a model whose parameter names are its checkpoint's
 
 
 def block_causal_mask(
@@ -109,6 +111,36 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + turned * sin
 
 
+def attend(
+    q: torch.Tensor,  # (B, H, L, D), rotated
+    k: torch.Tensor,  # (B, Hkv, L, D), rotated
+    v: torch.Tensor,  # (B, Hkv, L, D)
+    mask: torch.Tensor,  # (1, 1, L, K) bool, K = cached + L
+    past: tuple[torch.Tensor, torch.Tensor] | None,  # keys, values (B, Hkv, cached, D)
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Scaled dot-product attention over the cached keys/values and the new ones, each key/value
+    head shared by H / Hkv query heads (grouped-query attention, Ainslie et al. 2023) ->
+    out (B, H, L, D) and the keys/values (B, Hkv, K, D) to cache."""
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)  # (B, Hkv, K, D)
+    groups = q.shape[1] // k.shape[1]
+    keys, values = (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask), (k, v)
+
+
+def run_layers(
+    layers: nn.ModuleList, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> torch.Tensor:
+    """x (B, L, hidden) through every layer, each reading its cached keys/values (cache: a
+    NativeCache or None) and storing its new ones there."""
+    cached = list(cache.layers) if cache is not None and cache.layers else None
+    for i, layer in enumerate(layers):
+        x, present = layer(x, cos, sin, mask, cached[i] if cached is not None else None)
+        if cache is not None:
+            cache.store(i, present)
+    return x
+
+
 class Linear(nn.Linear):
     """nn.Linear without its random init: every weight comes from the checkpoint (and initializing
     on the meta device would import torch._dynamo, 1.5 s)."""
@@ -153,23 +185,18 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)  # (B, H, L, D)
         k = self.k_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, L, D)
         v = self.v_proj(x).view(b, n, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)  # (B, Hkv, K, D)
-        groups = self.heads // self.kv_heads
-        keys, values = (k, v) if groups == 1 else (k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, D)
-        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)), (k, v)
+        out, present = attend(rotate(q, cos, sin), rotate(k, cos, sin), v, mask, past)  # (B, H, L, D)
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)), present
 
 
 class MLP(nn.Module):
     """SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, shape: Shape) -> None:
+    def __init__(self, hidden: int, inner: int) -> None:
         super().__init__()
-        self.gate_proj = Linear(shape.hidden, shape.intermediate, bias=False)
-        self.up_proj = Linear(shape.hidden, shape.intermediate, bias=False)
-        self.down_proj = Linear(shape.intermediate, shape.hidden, bias=False)
+        self.gate_proj = Linear(hidden, inner, bias=False)
+        self.up_proj = Linear(hidden, inner, bias=False)
+        self.down_proj = Linear(inner, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -181,7 +208,7 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(shape.hidden, shape.eps)
         self.self_attn = Attention(shape)
         self.post_attention_layernorm = RMSNorm(shape.hidden, shape.eps)
-        self.mlp = MLP(shape)
+        self.mlp = MLP(shape.hidden, shape.intermediate)
 
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, past: Any
@@ -220,13 +247,7 @@ class Qwen2(nn.Module):
         x = self.model.embed_tokens(ids)  # (B, L, hidden)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         cos, sin = rotary(positions, self.shape.head_dim, self.shape.theta, x.dtype)
-        cached = list(cache.layers) if cache is not None and cache.layers else None
-        for i, layer in enumerate(self.model.layers):
-            past = cached[i] if cached is not None else None
-            x, present = layer(x, cos, sin, mask, past)
-            if cache is not None:
-                cache.store(i, present)
-        return self.lm_head(self.model.norm(x))
+        return self.lm_head(self.model.norm(run_layers(self.model.layers, x, cos, sin, mask, cache)))
 
 
 class NativeCache:
@@ -264,6 +285,26 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
         raise ModelError(f"{folder / 'config.json'}: bad value: {error}") from None
     with torch.device("meta"):
         model = Qwen2(shape, config)
+    embedding = model.model.embed_tokens if shape.tied else None
+    return load_checked(model, folder, device, dtype, tied=embedding, ignored=IGNORED_KEYS)
+
+
+def load_checked(
+    model: M,
+    folder: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    tied: nn.Embedding | None,
+    ignored: tuple[str, ...],
+) -> M:
+    """The folder's safetensors (one file or shards) into `model`, built on the meta device, whose
+    parameter names are the checkpoint's; on `device`, in eval mode. A missing weight, a shape that
+    does not fit, or a weight that belongs to nothing (but names ending in one of `ignored`:
+    buffers recomputed here) is a one-line ModelError.
+
+    tied: the input embedding that `model.lm_head` shares (a head saved anyway is left unread), or None.
+    """
     weights: dict[str, torch.Tensor] = {}
     try:
         for path in weight_files(folder):
@@ -271,9 +312,9 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
     except (OSError, ValueError) as error:
         raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
     expected = dict(model.state_dict())
-    if shape.tied:
+    if tied is not None:
         expected.pop("lm_head.weight")
-        weights.pop("lm_head.weight", None)  # a tied head saved anyway: the embedding is it
+        weights.pop("lm_head.weight", None)
     problems = [
         *(f"missing {k}" for k in sorted(expected.keys() - weights.keys())),
         *(
@@ -281,15 +322,25 @@ def load_weights(folder: Path, config: Mapping[str, Any], device: torch.device, 
             for k, v in sorted(expected.items())
             if k in weights and weights[k].shape != v.shape
         ),
-        *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(IGNORED_KEYS)),
+        *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(ignored)),
     ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ModelError(f"{folder}: weights do not fit the config: {problems[0]}{more}")
+    refuse_misfit(folder, problems)
     model.load_state_dict({k: weights[k].to(dtype) for k in expected}, strict=False, assign=True)
-    if shape.tied:
-        model.lm_head.weight = model.model.embed_tokens.weight
+    if tied is not None:
+        model.get_submodule("lm_head").weight = tied.weight
     return model.to(device).eval()
+
+
+def forward_cached(model: nn.Module, ids: torch.Tensor, cache: NativeCache | None, block: int | None) -> torch.Tensor:
+    """A denoiser's call on a network of this module's kind (forward(ids, start, mask, cache)):
+    ids (B, L) at canvas positions [P, P+L), P = cache.length -> logits (B, L, V) in float32,
+    block-causal in blocks of `block` (None: full attention)."""
+    start = 0
+    if cache is not None:
+        cache.widen(ids.shape[0])
+        start = cache.length
+    mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], block, ids.device)
+    return model(ids, start, mask, cache).float()
 
 
 @dataclass
@@ -306,12 +357,7 @@ class NativeDenoiser:
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
-        start = 0
-        if cache is not None:
-            cache.widen(ids.shape[0])
-            start = cache.length
-        mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], self.facts.block, ids.device)
-        return self.model(ids, start, mask, cache).float()
+        return forward_cached(self.model, ids, cache, self.facts.block)
 
     def new_cache(self) -> NativeCache | None:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.decoder import QWEN3_KEYS, DecoderDenoiser, build, make_config, qwen_values
+from dcode.models.decoder import DecoderDenoiser, build, qwen_model
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +23,5 @@ if TYPE_CHECKING:
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local SDAR checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    model_config = make_config(Qwen3Config, qwen_values(config, folder, QWEN3_KEYS, "qwen3"), folder)
-    return build(folder, config, Qwen3ForCausalLM, model_config, device, dtype, name=name, family="sdar")
+    model_class, model_config = qwen_model(config, folder, qwen3=True)
+    return build(folder, config, model_class, model_config, device, dtype, name=name, family="sdar")

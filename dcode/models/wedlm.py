@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.decoder import QWEN2_KEYS, QWEN3_KEYS, build, make_config, qwen_values
+from dcode.models.decoder import build, qwen_model
 from dcode.models.native import block_causal_mask
 
 
@@ -65,16 +65,9 @@ class WeDLMDenoiser:
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> WeDLMDenoiser:
     """Load a local WeDLM checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
-
-    model_class: Any
-    if config.get("qk_norm"):  # Qwen3 layers (WeDLM-8B)
-        values = qwen_values(config, folder, QWEN3_KEYS, "qwen3")
-        model_class, model_config = Qwen3ForCausalLM, make_config(Qwen3Config, values, folder)
-    elif config.get("attention_bias", True):  # Qwen2.5 layers (WeDLM-7B)
-        values = qwen_values(config, folder, QWEN2_KEYS, "qwen2")
-        model_class, model_config = Qwen2ForCausalLM, make_config(Qwen2Config, values, folder)
-    else:
+    qwen3 = bool(config.get("qk_norm"))  # Qwen3 layers (WeDLM-8B), else Qwen2.5 layers (WeDLM-7B)
+    if not qwen3 and not config.get("attention_bias", True):
         raise ModelError(f"{folder / 'config.json'}: WeDLM without q/k norms or q/k/v biases is not a released layout")
+    model_class, model_config = qwen_model(config, folder, qwen3=qwen3)
     loaded = build(folder, config, model_class, model_config, device, dtype, name=name, family="wedlm")
     return WeDLMDenoiser(loaded.model, loaded.tokenizer, loaded.facts)

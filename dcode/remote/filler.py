@@ -10,12 +10,12 @@ live view's frames of several requests drawn as one run in their file (Clock). E
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dcode.config import retried
-from dcode.events import Drawn, Event, Frame, Span, Started, Unit
+from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
 from dcode.filler import Draft, Fills, Plan
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
@@ -105,7 +105,9 @@ class EndpointFiller:
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         ask = replace(self.sampling, max_tokens=length)
         yield Started((0, 0), ())
-        answer = yield from answered(fill.new(self.endpoint, request, language, ask, self.mode, repair, self.settings))
+        answer = yield from relayed(
+            fill.new(self.endpoint, request, language, ask, self.mode, repair, self.settings), Answer
+        )
         self.unit = "pass" if answer.kind == "dcode" else "chunk"
         text = answer.text if answer.kind == "dcode" or language == "markdown" else fill.unfence(answer.text)
         self.clock.forward, self.clock.filled = answer.chunks, len(pieces(text))
@@ -176,18 +178,6 @@ class EndpointFiller:
         clock.forward += answer.chunks
         clock.filled += len(pieces(answer.text))
         return answer
-
-
-def answered(events: Iterator[Drawn | Answer]) -> Generator[Event, None, Answer]:
-    """Pass a request's frames on and return its Answer."""
-    found: Answer | None = None
-    for event in events:
-        if isinstance(event, Answer):
-            found = event
-        else:
-            yield event
-    assert found is not None
-    return found
 
 
 def stream_keys(answer: Answer) -> dict[str, object]:

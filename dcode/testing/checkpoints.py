@@ -149,6 +149,11 @@ def train_bpe(size: Size, specials: list[str]):  # -> tokenizers.Tokenizer
     return tokenizer
 
 
+def write_json(path: Path, data: Any) -> None:
+    """A checkpoint's JSON file as save_pretrained writes it: indented, with a final newline."""
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
 def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict[str, int]:
     """tokenizer.json ("json") or Qwen2's vocab.json + merges.txt + added_tokens.json ("vocab"), and a
     tokenizer_config.json declaring every special token. Returns special token -> id."""
@@ -164,7 +169,7 @@ def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict
         merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
         (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
         added_ids = {t: ids[t] for t in added}  # Qwen's releases ship added_tokens.json beside them
-        (folder / "added_tokens.json").write_text(json.dumps(added_ids, indent=2) + "\n")
+        write_json(folder / "added_tokens.json", added_ids)
     decoder = {
         str(i): {
             "content": t,
@@ -177,7 +182,7 @@ def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict
         for t, i in sorted(ids.items(), key=lambda item: item[1])
     }
     config = {"added_tokens_decoder": decoder, "clean_up_tokenization_spaces": False, **settings}
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "tokenizer_config.json", config)
     return ids
 
 
@@ -209,6 +214,15 @@ def random_weights(
         else:
             out[name] = 0.25 * noise
     return out
+
+
+def save_qwen_weights(
+    folder: Path, size: Size, device: torch.device, seed: int, *, head: bool, qwen3: bool = False, shards: int = 1
+) -> int:
+    """Random weights under Qwen2's names (qwen3: Qwen3's), size.rows embedding rows, an lm_head
+    if `head`, saved as save_weights does. Returns the parameter count."""
+    weights = random_weights(qwen2_shapes(size, size.rows, head=head, qwen3=qwen3), seed, device, size.spread)
+    return save_weights(weights, folder, size.dtype, shards)
 
 
 def save_weights(weights: dict[str, torch.Tensor], folder: Path, dtype: str, shards: int = 1) -> int:
@@ -308,7 +322,7 @@ def write_qwen2(folder: Path, size: Size, device: torch.device, seed: int) -> in
         "shifted_logits": True,
         "dcode_prompt": "new",
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
@@ -344,8 +358,7 @@ def write_dream(
     if files == "json":
         settings = {k: v for k, v in settings.items() if k != "auto_map"} | {"tokenizer_class": "Qwen2Tokenizer"}
     ids = write_tokenizer(folder, tokenizer, settings, files)
-    weights = random_weights(qwen2_shapes(size, size.rows, head=True), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype, shards)
+    count = save_qwen_weights(folder, size, device, seed, head=True, shards=shards)
     config = {
         "architectures": ["DreamModel"],
         "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
@@ -375,7 +388,7 @@ def write_dream(
         "use_sliding_window": False,
         "vocab_size": size.rows,
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
@@ -472,7 +485,7 @@ def write_llada(folder: Path, size: Size, device: torch.device, seed: int, *, ti
         "vocab_size": size.rows,
         "weight_tying": tied,
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
@@ -501,13 +514,18 @@ def qwen_config(size: Size, ids: dict[str, int], *, tied: bool) -> dict[str, Any
     }  # fmt: skip
 
 
+def write_qwen_generation(folder: Path, ids: dict[str, int]) -> None:
+    """generation_config.json ending answers on <|im_end|> or <|endoftext|>, as Qwen chat releases do."""
+    generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}
+    write_json(folder / "generation_config.json", generation)
+
+
 def write_sdar(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """SDAR-4B-Chat's format: model_type "sdar", SDARForCausalLM with its auto_map, Qwen3 names
     (q_norm / k_norm, no biases, tied head as the 1.7B and 4B are), block_size 4, mask_token_id
     (<|MASK|>) in config.json, eos [<|im_end|>, <|endoftext|>] in generation_config.json."""
     ids = qwen_chat_tokenizer(folder, size, ["<|MASK|>"], "Qwen2Tokenizer")
-    weights = random_weights(qwen2_shapes(size, size.rows, head=False, qwen3=True), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype)
+    count = save_qwen_weights(folder, size, device, seed, head=False, qwen3=True)
     config = qwen_config(size, ids, tied=True) | {
         "architectures": ["SDARForCausalLM"],
         "auto_map": {
@@ -522,9 +540,8 @@ def write_sdar(folder: Path, size: Size, device: torch.device, seed: int) -> int
         "model_type": "sdar",
         "transformers_version": "4.52.4",
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_json(folder / "config.json", config)
+    write_qwen_generation(folder, ids)
     return count
 
 
@@ -533,8 +550,7 @@ def write_fast_dllm_v2(folder: Path, size: Size, device: torch.device, seed: int
     q/k/v biases, untied head, bd_size 32; the mask |<MASK>| is in the tokenizer only (config.json
     names no mask), and answers stop on <|im_end|>."""
     ids = qwen_chat_tokenizer(folder, size, ["|<MASK>|"], "Qwen2Tokenizer")
-    weights = random_weights(qwen2_shapes(size, size.rows, head=True), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype)
+    count = save_qwen_weights(folder, size, device, seed, head=True)
     config = qwen_config(size, ids, tied=False) | {
         "architectures": ["Fast_dLLM_QwenForCausalLM"],
         "auto_map": {
@@ -545,7 +561,7 @@ def write_fast_dllm_v2(folder: Path, size: Size, device: torch.device, seed: int
         "model_type": "Fast_dLLM_Qwen",
         "transformers_version": "4.53.1",
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
@@ -574,8 +590,7 @@ def write_a2d(folder: Path, size: Size, device: torch.device, seed: int, *, qwen
         "errors": "replace", "split_special_tokens": False,
     }  # fmt: skip
     ids = write_tokenizer(folder, tokenizer, settings, "vocab")
-    weights = random_weights(qwen2_shapes(size, size.rows, head=False, qwen3=qwen3), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype)
+    count = save_qwen_weights(folder, size, device, seed, head=False, qwen3=qwen3)
     kind = "Qwen3" if qwen3 else "Qwen2"
     config = qwen_config(size, ids, tied=True) | {
         "architectures": [f"A2D{kind}LMHeadModel"],
@@ -585,9 +600,8 @@ def write_a2d(folder: Path, size: Size, device: torch.device, seed: int, *, qwen
     }
     if qwen3:
         config |= {"attention_bias": False, "head_dim": size.hidden // size.heads}
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    generation = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]]}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_json(folder / "config.json", config)
+    write_qwen_generation(folder, ids)
     return count
 
 
@@ -600,9 +614,8 @@ def write_coda(folder: Path, size: Size, device: torch.device, seed: int) -> int
     ids = qwen_chat_tokenizer(folder, size, ["<|mask|>"], "Qwen2Tokenizer")
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     settings |= {"mask_token": "<|mask|>", "bos_token": "<|im_end|>", "padding_side": "right"}
-    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
-    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype)
+    write_json(folder / "tokenizer_config.json", settings)
+    count = save_qwen_weights(folder, size, device, seed, head=True, qwen3=True)
     config = {
         k: v
         for k, v in qwen_config(size, ids, tied=False).items()
@@ -617,12 +630,12 @@ def write_coda(folder: Path, size: Size, device: torch.device, seed: int) -> int
         "model_type": "CoDA", "pad_token_id": ids["<|endoftext|>"], "prefix_probability": 0,
         "sampling_eps": [0.001, 0.25, 0.5, 0.25, 0.001], "truncate_probability": 0, "transformers_version": "4.47.1",
     }  # fmt: skip
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     generation = {
         "alg": "original", "alg_temp": 0.2, "diffusion_steps": 10, "eps": 0.001, "mask_token_id": ids["<|mask|>"],
         "max_tokens": 256, "output_history": False, "top_k": None, "top_p": None,
     }  # fmt: skip
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_json(folder / "generation_config.json", generation)
     return count
 
 
@@ -633,8 +646,7 @@ def write_wedlm(folder: Path, size: Size, device: torch.device, seed: int) -> in
     to 151665 (Qwen3's <tool_response>), a row a tiny embedding lacks: here config.json names the
     tiny vocabulary's <tool_response> as mask_token_id, a key WeDLMConfig has."""
     ids = qwen_chat_tokenizer(folder, size, ["<tool_response>"], "Qwen2Tokenizer")
-    weights = random_weights(qwen2_shapes(size, size.rows, head=True, qwen3=True), seed, device, size.spread)
-    count = save_weights(weights, folder, size.dtype)
+    count = save_qwen_weights(folder, size, device, seed, head=True, qwen3=True)
     config = qwen_config(size, ids, tied=False) | {
         "architectures": ["WeDLMForCausalLM"],
         "auto_map": {
@@ -648,7 +660,7 @@ def write_wedlm(folder: Path, size: Size, device: torch.device, seed: int) -> in
         "mask_token_id": ids["<tool_response>"],
         "transformers_version": "4.57.1",
     }
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
@@ -714,7 +726,7 @@ def write_llada2(folder: Path, size: Size, device: torch.device, seed: int) -> i
         "routed_scaling_factor": 2.5, "moe_intermediate_size": inner, "first_k_dense_replace": 1,
         "pad_token_id": ids["<|endoftext|>"], "eos_token_id": ids["<|endoftext|>"], "torch_dtype": size.dtype,
     }  # fmt: skip
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_json(folder / "config.json", config)
     return count
 
 
