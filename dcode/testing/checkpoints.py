@@ -798,7 +798,7 @@ def seed_tokenizer(folder: Path, size: Size) -> dict[str, int]:
     <[MASK_TOKEN]> by its spelling). Returns special token -> id."""
     from tokenizers import pre_tokenizers, trainers
 
-    from dcode.train.tokenizer import build_tokenizer
+    from dcode.train.tokenizer import build_tokenizer, special_id
 
     tokenizer = build_tokenizer()
     trainer = trainers.BpeTrainer(
@@ -807,7 +807,7 @@ def seed_tokenizer(folder: Path, size: Size) -> dict[str, int]:
     )  # fmt: skip
     tokenizer.train_from_iterator(python_lines(), trainer=trainer)
     tokenizer.save(str(folder / "tokenizer.json"))
-    ids = {t: tokenizer.token_to_id(t) for t in SEED_SPECIALS}
+    ids = {t: special_id(tokenizer, t) for t in SEED_SPECIALS}
     decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                         "special": True} for t, i in ids.items()}  # fmt: skip
     settings = {
