@@ -38,7 +38,8 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.49B", "0.99"]
     assert coder[6:] == ["Apache-2.0", "1.0", "GB", "2.0", "GB", "39.0/33.2", "RAM", "(float32)"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert "not yet" in rows["stable-diffcoder-8b"] and "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
+    assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
+    assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
     assert result.stderr == "dcode: this machine: 8.0 GB of RAM, no GPU\n"
 
@@ -106,12 +107,13 @@ def test_pull_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     )
 
 
-def test_pull_refuses_a_family_dcode_does_not_load_before_the_network() -> None:
-    result = CliRunner().invoke(app, ["models", "pull", "stable-diffcoder-8b"], prog_name="dcode")
+def test_pull_refuses_a_family_dcode_does_not_load_before_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a stand-in entry: every released model in the catalogue loads today
+    unloaded = catalogue.Entry("some-coder-8b", "example-org/Some-Coder-8B", "", 8.0, 16.0, "MIT", None, None)
+    monkeypatch.setitem(catalogue.BY_NAME, unloaded.name, unloaded)
+    result = CliRunner().invoke(app, ["models", "pull", "some-coder-8b"], prog_name="dcode")
     assert result.exit_code == 2
-    want = (
-        "ByteDance-Seed/Stable-DiffCoder-8B-Instruct: dcode does not load stable-diffcoder-8b yet (see docs/models.md)"
-    )
+    want = "example-org/Some-Coder-8B: dcode does not load some-coder-8b yet (see docs/models.md)"
     assert result.stderr == f"dcode: error: {want}\n"
 
 

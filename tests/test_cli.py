@@ -536,7 +536,8 @@ BAD_INPUTS = [  # (args, stdin, exit code, message); {m}: a folder of broken mod
         None,
         2,
         "{m}/llama: unsupported model_type 'llama' "
-        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm)",
+        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, "
+        "stable_diffcoder, wedlm)",
     ),
     (["--model", "{m}/bare"], None, 2, "{m}/bare has no .safetensors weights (pickle weights are not loaded)"),
     (["--threshold", "0"], None, 2, "threshold must be in (0, 1]"),

@@ -87,7 +87,9 @@ def test_every_family_runs_in_bfloat16_on_the_cpu(family: str, tmp_path: Path) -
     if family != "diffusion_gemma":  # its forward needs a cache and a previous pass: run by `new` below
         ids = torch.randint(5, 200, (1, 12), generator=torch.Generator().manual_seed(0))
         a, b = low(ids), high(ids)  # (1, 12, V)
-        assert (a.float() - b).abs().max() < 0.05 * b.abs().max() + 0.05
+        # bfloat16's rounding on random weights: the worst logit reaches ~5% of the largest for
+        # families without q/k norms (LLaDA at seed 10, Stable-DiffCoder at seed 3); 6% bounds it.
+        assert (a.float() - b).abs().max() < 0.06 * b.abs().max() + 0.05
     config = SamplerConfig(rule="threshold", threshold=0.5) if family == "diffusion_gemma" else SamplerConfig()
     finished = drain(pipeline.new(low, "add two numbers", "python", 16, config, 0), result=Finished)
     assert finished.forward >= 1 and finished.tokens <= 16

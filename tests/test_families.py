@@ -438,7 +438,8 @@ def test_unknown_and_not_yet_supported_model_types(llada_folder: Path, tmp_path:
     edit_config(folder, model_type="mamba", architectures=["MambaForCausalLM"], auto_map=...)
     assert one_line_error(str(folder)) == (
         f"{folder}: unsupported model_type 'mamba' "
-        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm)"
+        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, "
+        "stable_diffcoder, wedlm)"
     )
     edit_config(folder, model_type="diffusion_gemma")
     assert "uniform-noise diffusion" in one_line_error(str(folder))
@@ -618,7 +619,7 @@ def test_list_models_reads_the_cache(fake_cache: Path, dream_sharded_folder: Pat
         "org/llada-config-only",
     ]
     assert [name for name, info in found.items() if info.problem is not None] == ["org/bert"]
-    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm"
+    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, stable_diffcoder, wedlm"
     assert found["org/bert"].problem == f"unsupported model_type 'bert' (supported: {supported})"
     tiny = found["dcode-tiny"]
     assert (tiny.family, tiny.path, tiny.complete) == ("qwen2", models.EMBEDDED, True)

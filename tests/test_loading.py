@@ -68,7 +68,7 @@ def test_models_lists_what_it_cannot_load_with_the_reason(
     assert "cannot load" not in rows["org/a2d-mdlm"] and rows["org/a2d-mdlm"].split()[1] == "a2d"
     assert rows["org/bert"].endswith(
         "cannot load: unsupported model_type 'bert' (supported: a2d, coda, diffusion_gemma, "
-        "dream, fast_dllm_v2, llada, llada2, qwen2, sdar, wedlm)"
+        "dream, fast_dllm_v2, llada, llada2, qwen2, sdar, stable_diffcoder, wedlm)"
     )
     assert (
         "cannot load: no tokenizer files (tokenizer.json, or vocab.json and merges.txt)"

@@ -1,7 +1,7 @@
 """Resolve a model spec (nothing, a folder, a Hugging Face id) and load it with its family module.
 
 Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
-`model_type`, else the classes `architectures` or `auto_map` name), finding an id in the local
+`model_type`, else the classes `architectures` or `auto_map` name, or auto_map's modules), finding an id in the local
 Hugging Face cache, listing the models there (and what a load would state about each, torch-free:
 read_facts), and merging a family's sampler defaults into the user's settings. Never downloads
 and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
@@ -51,6 +51,9 @@ class Family:
     module: str  # dcode.models.<module> has load(folder, device, dtype, name, config)
     model_types: frozenset[str]  # config.json model_type, lower-case
     architectures: frozenset[str]  # config.json architectures, tried when model_type is unknown
+    # auto_map modules ("modeling_x" of "modeling_x.Class"), for a release whose model_type and
+    # class names are another model's (Stable-DiffCoder's earlier "llama" + LlamaForCausalLM).
+    modules: frozenset[str] = frozenset()
 
 
 # Families dcode loads on transformers' own classes, by the name facts.family reports; detected
@@ -68,6 +71,13 @@ FAMILIES = {
     "coda": Family("coda", frozenset({"coda"}), frozenset({"CoDALanguageModel"})),
     "wedlm": Family("wedlm", frozenset({"wedlm"}), frozenset({"WeDLMForCausalLM"})),
     "llada2": Family("llada2", frozenset({"llada2_moe"}), frozenset({"LLaDA2MoeModelLM"})),
+    # model_type "llama": told from a plain Llama by its class or its modeling module alone.
+    "stable_diffcoder": Family(
+        "stable_diffcoder",
+        frozenset(),
+        frozenset({"StableDiffcoderForCausalLM"}),
+        frozenset({"modeling_stable_diffcoder"}),
+    ),
     # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
     "diffusion_gemma": Family(
         "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})
@@ -75,16 +85,23 @@ FAMILIES = {
 }
 
 
+def auto_map_entries(config: Mapping[str, Any]) -> list[str]:
+    """config.json's auto_map values ("module.Class", or "org/repo--module.Class"), flattened."""
+    auto_map = config.get("auto_map")
+    values = auto_map.values() if isinstance(auto_map, dict) else ()
+    return [e for v in values for e in (v if isinstance(v, list) else [v]) if isinstance(e, str)]
+
+
 def class_names(config: Mapping[str, Any]) -> set[str]:
     """The model classes a config.json names: architectures, and auto_map's "module.Class" values."""
     names = config.get("architectures")
     found = {a for a in names if isinstance(a, str)} if isinstance(names, list) else set()
-    auto_map = config.get("auto_map")
-    for value in auto_map.values() if isinstance(auto_map, dict) else ():
-        for entry in value if isinstance(value, list) else [value]:
-            if isinstance(entry, str):
-                found.add(entry.rsplit(".", 1)[-1])
-    return found
+    return found | {entry.rsplit(".", 1)[-1] for entry in auto_map_entries(config)}
+
+
+def module_names(config: Mapping[str, Any]) -> set[str]:
+    """The modeling modules auto_map names. Example: "repo--modeling_x.Cls" -> "modeling_x"."""
+    return {entry.rsplit(".", 1)[0].rsplit("--", 1)[-1] for entry in auto_map_entries(config) if "." in entry}
 
 
 def family_of(config: Mapping[str, Any]) -> str | None:
@@ -93,9 +110,9 @@ def family_of(config: Mapping[str, Any]) -> str | None:
     for family, spec in FAMILIES.items():
         if model_type in spec.model_types:
             return family
-    names = class_names(config)
+    names, modules = class_names(config), module_names(config)
     for family, spec in FAMILIES.items():
-        if names & spec.architectures:
+        if names & spec.architectures or modules & spec.modules:
             return family
     return None
 

@@ -24,6 +24,9 @@ Sources of the facts (the released files and reference code, read to understand)
   modeling_coda.py, attention.py, generation_utils.py; README's serving defaults): see SPECS["coda"].
 - WeDLM (Tencent/WeDLM: hf_compat/configuration_wedlm.py, modeling_wedlm.py, wedlm/engine,
   example.py): see SPECS["wedlm"].
+- Stable-DiffCoder (the authors' README, github ByteDance-Seed/Stable-DiffCoder; from
+  third-party code, not the authors' release: Diffulex's stable_diffcoder config, a copy of
+  modeling_stable_diffcoder.py, a harness's SeedDiffCoder wrapper): see SPECS["stable_diffcoder"].
 """
 
 from __future__ import annotations
@@ -231,6 +234,24 @@ SPECS = {
         default_length=32768,
         mask_id=156895,
         block=32,
+    ),
+    # Stable-DiffCoder. The authors' README (ByteDance-Seed/Stable-DiffCoder): generate(...,
+    # block_length=4, temperature=0., remasking='low_confidence', shift=False, threshold=None,
+    # eos_id=tokenizer.eos_token_id) with steps = gen_length: greedy, most confident first, one
+    # token per pass (the fixed schedule), each position's own logits, blocks of 4 from position 0
+    # (blocks from 0 and mask 5 also in a copy of modeling_stable_diffcoder.py's generate_block:
+    # third-party code, not the authors' release). The mask: <[MASK_TOKEN]> in the tokenizer,
+    # else 5 (a code-model harness's _STABLE_DIFFCODER_MASK_ID; third-party). Ends: config.json /
+    # generation_config.json eos (2, <[end▁of▁sentence]>, in Diffulex's config defaults); 8K context.
+    "stable_diffcoder": Spec(
+        False,
+        (),
+        "<[MASK_TOKEN]>",
+        (),
+        {"ordering": "confidence", "temperature": 0.0, "rule": "schedule"},
+        default_length=8192,
+        mask_id=5,
+        block=4,
     ),
 }
 # Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.

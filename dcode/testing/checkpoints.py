@@ -21,7 +21,9 @@ the source Qwen's names) and dllm/utils/models.py get_tokenizer (<|mask|> added,
 SalesforceAIResearch/CoDA CoDALanguageModel/ (config.json, generation_config.json,
 tokenizer_config.json, modeling_coda.py); Tencent/WeDLM hf_compat/ (configuration_wedlm.py,
 modeling_wedlm.py) and wedlm/engine/model_runner.py (mask 151665 when config.json names none);
-dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's names).
+dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's names);
+Stable-DiffCoder from third-party code, not the authors' release (Diffulex's
+diffulex/model/config/stable_diffcoder.py and model/stable_diffcoder.py; a harness's mask id 5).
 
 Uses the tokenizer trainer of dcode.train (the qwen2 format's tokenizer is dcode-tiny's). Imports
 torch when a writer runs (it draws the weights), never at import time.
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 FAMILIES: tuple[str, ...] = ("qwen2", "dream", "llada", "sdar", "fast_dllm_v2", "diffusion_gemma")
 FAMILIES += ("a2d_qwen2_bd3lm", "a2d_qwen2_mdlm", "a2d_qwen3_bd3lm", "a2d_qwen3_mdlm", "coda", "wedlm", "llada2")
+FAMILIES += ("stable_diffcoder",)
 STD = 0.02  # the initializer_range every family's config states
 
 
@@ -787,6 +790,74 @@ def write_diffusion_gemma(folder: Path, size: Size, device: torch.device, seed: 
     return sum(p.numel() for p in model.parameters())
 
 
+# Stable-DiffCoder's special tokens. Pinned: bos 0, pad 1, eos 2 (Diffulex's config defaults) and
+# <[MASK_TOKEN]> 5 (a harness's _STABLE_DIFFCODER_MASK_ID), all third-party code. Where the other
+# Seed-Coder tokens sit in the release is not known here; they fill ids 3, 4 and 6 on.
+SEED_SPECIALS = ["<[begin▁of▁sentence]>", "<[PAD▁TOKEN]>", "<[end▁of▁sentence]>", "<[SEP▁TOKEN]>"]
+SEED_SPECIALS += ["<[fim-prefix]>", "<[MASK_TOKEN]>", "<[fim-suffix]>", "<[fim-middle]>"]
+# Seed-Coder-Instruct's turns as a third-party prompt builder writes them (LlamaEdge's
+# SeedInstructPrompt): inferred, the release's own template was not read here.
+SEED_TEMPLATE = (
+    "{% for message in messages %}{{ '<[begin▁of▁sentence]>' + message['role'] + '\\n' + message['content'] | trim"
+    " + '<[end▁of▁sentence]>' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<[begin▁of▁sentence]>assistant\\n' }}{% endif %}"
+)
+
+
+def seed_tokenizer(folder: Path, size: Size) -> dict[str, int]:
+    """tokenizer.json with SEED_SPECIALS at ids 0..7 (the BPE trained after them) and a
+    tokenizer_config.json naming bos, eos and pad as Seed-Coder's do (no mask_token: dcode finds
+    <[MASK_TOKEN]> by its spelling). Returns special token -> id."""
+    from tokenizers import pre_tokenizers, trainers
+
+    from dcode.train.tokenizer import build_tokenizer, special_id
+
+    tokenizer = build_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=size.bpe_vocab, special_tokens=SEED_SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        min_frequency=2, show_progress=False,
+    )  # fmt: skip
+    tokenizer.train_from_iterator(python_lines(), trainer=trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    ids = {t: special_id(tokenizer, t) for t in SEED_SPECIALS}
+    decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                        "special": True} for t, i in ids.items()}  # fmt: skip
+    settings = {
+        "added_tokens_decoder": decoder, "bos_token": SEED_SPECIALS[0], "eos_token": SEED_SPECIALS[2],
+        "pad_token": SEED_SPECIALS[1], "chat_template": SEED_TEMPLATE, "clean_up_tokenization_spaces": False,
+        "model_max_length": 8192, "tokenizer_class": "PreTrainedTokenizerFast",
+    }  # fmt: skip
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    return ids
+
+
+def write_stable_diffcoder(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """Stable-DiffCoder-8B-Instruct's format as third-party code reads it (Diffulex's
+    stable_diffcoder config and model): model_type "llama", StableDiffcoderForCausalLM with an
+    auto_map to modeling_stable_diffcoder, Llama's names without any bias, an untied head, rope_theta
+    500000, bos / pad / eos 0 / 1 / 2 in config.json and generation_config.json (the latter's
+    content inferred), and a tokenizer with <[MASK_TOKEN]> at 5 (seed_tokenizer)."""
+    ids = seed_tokenizer(folder, size)
+    shapes = {k: v for k, v in qwen2_shapes(size, size.rows, head=True).items() if not k.endswith(".bias")}
+    count = save_weights(random_weights(shapes, seed, device, size.spread), folder, size.dtype)
+    bos, pad, eos = (ids[t] for t in SEED_SPECIALS[:3])
+    config = {
+        "architectures": ["StableDiffcoderForCausalLM"], "model_type": "llama",
+        "auto_map": {"AutoModelForCausalLM": "modeling_stable_diffcoder.StableDiffcoderForCausalLM"},
+        "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "hidden_act": "silu",
+        "vocab_size": size.rows, "hidden_size": size.hidden, "intermediate_size": size.inner,
+        "num_hidden_layers": size.layers, "num_attention_heads": size.heads, "num_key_value_heads": size.kv_heads,
+        "head_dim": size.hidden // size.heads, "max_position_embeddings": size.max_positions,
+        "initializer_range": STD, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 500000.0,
+        "tie_word_embeddings": False, "use_cache": True, "pretraining_tp": 1,
+        "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": eos, "torch_dtype": size.dtype,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"bos_token_id": bos, "pad_token_id": pad, "eos_token_id": eos}
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    return count
+
+
 WRITERS: dict[str, Callable[..., int]] = {
     "qwen2": write_qwen2,
     "dream": write_dream,
@@ -802,6 +873,7 @@ WRITERS: dict[str, Callable[..., int]] = {
     "coda": write_coda,
     "wedlm": write_wedlm,
     "llada2": write_llada2,
+    "stable_diffcoder": write_stable_diffcoder,
 }
 
 
