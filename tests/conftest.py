@@ -333,7 +333,7 @@ BROKEN = (
 def new_edit_repair(folder: Path, tmp_path: Path) -> tuple[Any, Any, Any]:
     """Run `dcode new --json`, `dcode edit --diff` and `dcode repair --diff` with the checkpoint at
     `folder` (DCODE_MODEL, the default length); each must end 0 or 3 (written, or issues left)
-    without a traceback.
+    without a traceback; then `dcode serve` answers with it (serve_once).
     Returns the three CliRunner results for the family's own checks."""
     from typer.testing import CliRunner
 
@@ -354,4 +354,47 @@ def new_edit_repair(folder: Path, tmp_path: Path) -> tuple[Any, Any, Any]:
     repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
     assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
     assert "Traceback" not in new.stderr + edit.stderr + repair.stderr
+    serve_once(folder)
     return new, edit, repair
+
+
+def serve_once(folder: Path) -> None:
+    """`dcode serve`'s app over the checkpoint at `folder`, on a real loopback socket, with the
+    family's defaults as the command merges them: a chat request and a fill-in-the-middle request
+    are each answered 200 with a choice."""
+    import socket
+    import threading
+    import time
+
+    import httpx2
+    import uvicorn
+
+    from dcode.config import SamplerConfig, merge_family_defaults
+    from dcode.models import load
+    from dcode.serve.app import create_app
+    from dcode.serve.engine import Engine
+
+    model = load(str(folder))
+    engine = Engine(model, merge_family_defaults(SamplerConfig(), set(), model.facts.defaults), length=16)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    server = uvicorn.Server(uvicorn.Config(create_app(engine), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        chat = {"messages": [{"role": "user", "content": "add two numbers"}], "max_tokens": 16}
+        fim = {"prompt": "def add(a, b):\n", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 8}
+        for path, body in (("/chat/completions", chat), ("/completions", fim)):
+            answer = httpx2.post(url + path, json=body, timeout=120)
+            assert answer.status_code == 200, (path, answer.text)
+            assert len(answer.json()["choices"]) == 1, answer.text
+    finally:
+        engine.cancel_all()
+        server.should_exit = True
+        thread.join(timeout=10)
