@@ -568,7 +568,7 @@ def write_fast_dllm_v2(folder: Path, size: Size, device: torch.device, seed: int
     return count
 
 
-QWEN3_TEMPLATE = (  # Qwen3's: enable_thinking=false writes an empty think block (dllm's default)
+QWEN3_TEMPLATE = (  # Qwen3's: enable_thinking=false writes an empty think block (dllm renders without it)
     QWEN_TEMPLATE.replace(
         "{{ '<|im_start|>assistant\\n' }}{% endif %}",
         "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
