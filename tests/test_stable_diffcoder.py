@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import new_edit_repair
 from test_families import DREAM_NAMES, SIZE, cache_repo, one_line_error, reference_logits, some_ids
 from typer.testing import CliRunner
 
@@ -153,23 +154,9 @@ BROKEN = (
 
 
 def test_new_edit_repair_run(folder: Path, tmp_path: Path) -> None:
-    env = {"DCODE_MODEL": str(folder), "DCODE_LENGTH": None}
-    runner = CliRunner()
-    new = runner.invoke(app, ["new", "add two numbers", "--length", "12", "--json", "-q"], env=env, prog_name="dcode")
-    assert new.exit_code in (0, 3), (new.exit_code, new.stderr, new.exception)
+    new, _, _ = new_edit_repair(folder, tmp_path)
     report = json.loads(new.stdout)
     assert report["model"] == str(folder) and "<[MASK_TOKEN]>" not in report["code"]
-    source = tmp_path / "m.py"
-    source.write_text("def total(items):\n    return sum(items)\n")
-    edit = runner.invoke(
-        app, ["edit", str(source), "--instruct", "add a docstring", "--diff"], env=env, prog_name="dcode"
-    )
-    assert edit.exit_code in (0, 3), (edit.exit_code, edit.stderr, edit.exception)
-    broken = tmp_path / "b.py"
-    broken.write_text(BROKEN)
-    repair = runner.invoke(app, ["repair", str(broken), "--diff"], env=env, prog_name="dcode")
-    assert repair.exit_code in (0, 3), (repair.exit_code, repair.stderr, repair.exception)
-    assert "Traceback" not in new.stderr + edit.stderr + repair.stderr
 
 
 def test_models_verbose_states_the_facts(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
