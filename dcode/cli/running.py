@@ -140,10 +140,10 @@ def served_settings(ctx: typer.Context, chosen: Mapping[str, Any]) -> dict[str, 
 def identity(filler: Filler) -> tuple[str, dict[str, object]]:
     """How the summary line names the filler's model ("dcode-tiny in bfloat16", "mercury-2 at
     host"), and the report's keys for it (the dtype it ran in; an endpoint's address, never its key)."""
-    endpoint = getattr(filler, "endpoint", None)
-    if endpoint is not None:
-        return f"{filler.model} at {filler.device}", {"model": filler.model, "endpoint": endpoint.shown}
-    dtype = running_dtype(getattr(filler, "denoiser", None))
+    known = who(filler)
+    if known["endpoint"] is not None:
+        return f"{filler.model} at {filler.device}", {"model": filler.model, "endpoint": known["endpoint"]}
+    dtype = known["dtype"]
     return (f"{filler.model} in {dtype}" if dtype else filler.model), {"model": filler.model, "dtype": dtype}
 
 
