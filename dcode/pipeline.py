@@ -10,9 +10,8 @@ about argv, the environment or the terminal.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
@@ -20,7 +19,7 @@ import torch
 
 from dcode import flows
 from dcode.config import REPAIR_TRIES, SamplerConfig
-from dcode.events import Event, Finished, Span, Started, Step, Unit
+from dcode.events import Event, Span, Started, Step, Unit
 from dcode.filler import Draft, Fills, Plan
 from dcode.flows import InputError, check_room
 from dcode.models.base import Denoiser
@@ -319,7 +318,3 @@ def repair(
 ) -> Iterator[Event]:
     """dcode.flows.repair with the local sampler and the prompt ids `prompt` at the head of its canvases."""
     return flows.repair(ModelFiller(model, config, prompt), code, language, "", rounds, tries, origin)
-
-
-def report_json(finished: Finished, extra: Mapping[str, object]) -> str:
-    return json.dumps({"code": finished.code, **extra, **finished.metadata()}, indent=2)
