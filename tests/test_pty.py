@@ -86,3 +86,13 @@ def test_no_live_on_a_terminal_draws_nothing(tmp_path: Path, tiny_checkpoint: Pa
     assert code in (0, 3)
     assert b"\x1b" not in screen
     assert screen.decode().strip().startswith("dcode: 16 tokens in")
+
+
+def test_dcode_tiny_on_a_terminal_names_the_model_to_pull(tmp_path: Path) -> None:
+    """The hint line follows the summary when the embedded model answered and stderr is a terminal."""
+    args = ["new", "a stack class", "--length", "16", "--no-repair", "--no-live"]
+    code, screen = run_in_terminal(args, tmp_path / "out.txt")
+    assert code in (0, 3)
+    lines = screen.decode().strip().splitlines()
+    assert lines[0].startswith("dcode: 16 tokens in") and "dcode-tiny" in lines[0]
+    assert lines[1].startswith("dcode: hint: dcode-tiny is a 7M-parameter demonstration")

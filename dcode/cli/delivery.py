@@ -91,7 +91,8 @@ def finish_new(
         typer.echo(summary_line(finished.metadata(), model, finished.unit), err=True)
     from dcode.models.catalogue import hint  # which model to pull, when dcode-tiny answered on a terminal
 
-    if line := hint(model, terminal=sys.stderr.isatty(), as_json=as_json, quiet=quiet, env=os.environ):
+    name = str(keys.get("model", model))  # the model's own name, not the summary's "dcode-tiny in bfloat16"
+    if line := hint(name, terminal=sys.stderr.isatty(), as_json=as_json, quiet=quiet, env=os.environ):
         typer.echo(line, err=True)
     if finished.syntax_errors:
         where = target or "the output"
