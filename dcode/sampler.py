@@ -22,7 +22,7 @@ import torch
 
 from dcode.config import SamplerConfig
 from dcode.events import Step
-from dcode.forward import Pass, choose_forward
+from dcode.forward import Pass, Readout, choose_forward
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.rules import (
     SCORES,
@@ -138,25 +138,28 @@ def candidate_logits(
 
 
 def commit_rule_pass(
-    logits: torch.Tensor,
+    readout: Readout,
     now: Pass,
     is_open: torch.Tensor,
     plan: list[int],
     stable: torch.Tensor | None,
     choosing: Choosing,
 ) -> tuple[Commit, torch.Tensor | None]:
-    """A token and a score for each open offset (n,) from the block's logits (1, e-s, V), then the
-    commit rule's pick: the plan's count of the best (LLaDA's schedule), those at least as probable
-    as the threshold (Fast-dLLM), those within the entropy bound (EB-sampler); or all of them,
-    greedily, on the block's last allowed pass or once its argmax is stable and confident
+    """A token and a score for each open offset (n,) from the block's logits (row 0 of readout),
+    then the commit rule's pick: the plan's count of the best (LLaDA's schedule), those at least
+    as probable as the threshold (Fast-dLLM), those within the entropy bound (EB-sampler); or all
+    of them, greedily, on the block's last allowed pass or once its argmax is stable and confident
     (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
     config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
-    block_logits = logits[0]  # (e-s, V)
-    candidates = candidate_logits(block_logits[offsets], now.rows[0], is_open, now.block, choosing)  # (n, V)
+    (s, e), whole = now.block, config.stop_entropy > 0  # the early stop reads the whole block
+    read = torch.arange(e - s, device=offsets.device) if whole else offsets
+    block_logits = readout(torch.zeros_like(read), read)  # (e-s, V) or (n, V)
+    chosen_logits = block_logits[offsets] if whole else block_logits
+    candidates = candidate_logits(chosen_logits, now.rows[0], is_open, now.block, choosing)  # (n, V)
     tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
     scores = SCORES[config.ordering](probs, tokens, gen)
     settled = False
-    if config.stop_entropy > 0:
+    if whole:
         settled, stable = stable_and_confident(
             block_logits, now.temperature, choosing.mask_id, stable, config.stop_entropy
         )
@@ -240,20 +243,22 @@ def draft_tokens(
 
 
 def verify_pass(
-    logits: torch.Tensor, now: Pass, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
+    readout: Readout, now: Pass, is_open: torch.Tensor, drafts: Drafts, choosing: Choosing
 ) -> tuple[Commit, Drafts, Drafts | None]:
-    """Row r of logits (k+1, reach-s, V) was fed the first r drafts (k,) and chose the token at
-    open offset r; the drafts that are what their row chose stand, and so does the choice of the
-    first row that disagrees (verified_run): what one pass per token, leftmost first, would write.
-    Returns the commit, the block's drafts for the next pass (what the row that saw every token
-    committed now chose for the rest), and the next block's if this pass finishes the block."""
+    """Row r of the pass (k+1 rows, logits for [s, reach) in readout) was fed the first r drafts
+    (k,) and chose the token at open offset r; the drafts that are what their row chose stand, and
+    so does the choice of the first row that disagrees (verified_run): what one pass per token,
+    leftmost first, would write. Returns the commit, the block's drafts for the next pass (what the
+    row that saw every token committed now chose for the rest), and the next block's if this pass
+    finishes the block."""
     config, gen, ends = choosing.config, choosing.gen, choosing.ends
     (s, e), offsets, temperature, rows, drafted = now.block, now.open_offsets, now.temperature, now.rows, now.drafted
     noise = drafts.noise
     if noise is None and temperature > 0:
-        noise = gumbel_noise((e - s, logits.shape[-1]), gen, rows.device)
+        noise = gumbel_noise((e - s, readout.vocab), gen, rows.device)
+    heads = readout(torch.arange(len(rows), device=rows.device), offsets[: len(rows)])  # (k+1, V): row r at offset r
     firsts = [
-        candidate_logits(logits[r, offsets[r : r + 1]], rows[r], written(is_open, offsets[:r] + s), now.block, choosing)
+        candidate_logits(heads[r : r + 1], rows[r], written(is_open, offsets[:r] + s), now.block, choosing)
         for r in range(len(rows))
     ]  # (1, V) each
     chosen, probs = choose_tokens(
@@ -268,13 +273,16 @@ def verify_pass(
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
     later = offsets[confirmed + 1 :]
-    choices = candidate_logits(logits[confirmed, later], rows[confirmed], seen_by, now.block, choosing)
-    following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
     next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
-    if len(take) < len(offsets) or bool(torch.isin(chosen[confirmed], ends)) or not len(next_open):
+    finishes = len(take) == len(offsets) and not bool(torch.isin(chosen[confirmed], ends)) and len(next_open) > 0
+    read = torch.cat([later, e - s + next_open]) if finishes else later  # row `confirmed` is read there
+    logits = readout(torch.full_like(read, confirmed), read)  # (len(read), V)
+    choices = candidate_logits(logits[: len(later)], rows[confirmed], seen_by, now.block, choosing)
+    following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
+    if not finishes:
         return commit, following, None
-    fresh = gumbel_noise((now.reach - e, logits.shape[-1]), gen, rows.device) if temperature > 0 else None
-    choices = candidate_logits(logits[confirmed, e - s + next_open], rows[confirmed], seen_by, now.block, choosing)
+    fresh = gumbel_noise((now.reach - e, readout.vocab), gen, rows.device) if temperature > 0 else None
+    choices = candidate_logits(logits[len(later) :], rows[confirmed], seen_by, now.block, choosing)
     next_block = Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh)
     return commit, following, next_block
 
@@ -424,17 +432,17 @@ def denoise(
             # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place
             now = next_pass(canvas, is_open, block, index, drafts, size, horizon, config, choosing)
             open_offsets = now.open_offsets  # (n,) block offsets of the positions to fill
-            # 3) forward, as the strategy chosen above runs it: logits (R, reach-s, V) for positions [s, reach)
-            logits, fed = forward(now)
-            logits = logits.float()  # a model run in bfloat16 may hand back its logits so: choose in float32 or wider
+            # 3) forward, as the strategy chosen above runs it: the logits of positions [s, reach) of
+            # each row, in float32 (a model run in bfloat16 chooses in float32), made where they are read
+            readout, fed = forward(now)
             forwards += 1
             # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
             if verify:
-                commit, drafts, next_drafts = verify_pass(logits, now, is_open, drafts, choosing)
+                commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
                 if next_drafts is not None:
                     ahead[e] = next_drafts
             else:
-                commit, stable = commit_rule_pass(logits, now, is_open, plan, stable, choosing)
+                commit, stable = commit_rule_pass(readout, now, is_open, plan, stable, choosing)
             positions = open_offsets[commit.picked] + s  # (k,)
             canvas[positions] = commit.tokens[commit.picked]
             is_open[positions] = False

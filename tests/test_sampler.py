@@ -14,7 +14,7 @@ from conftest import FakeDenoiser
 from dcode import models
 from dcode.config import ORDERINGS, SamplerConfig
 from dcode.events import drain
-from dcode.forward import ApproxWindow, ExactCache, FullCanvas, UniformNoise, choose_forward
+from dcode.forward import ApproxWindow, FullCanvas, PackedRows, UniformNoise, choose_forward
 from dcode.rules import (
     checked_drafts,
     commit_entropy_bound,
@@ -678,11 +678,12 @@ def strategy(model, **settings: object) -> type:
 def test_the_forward_strategy_follows_the_model_and_the_settings(
     tiny_checkpoint: Path, tiny_full_checkpoint: Path
 ) -> None:
-    """An exact cache where attention makes one (block-causal); Fast-dLLM's window cache on full
+    """An exact cache where attention makes one (block-causal), with the rows packed into one
+    sequence where the model can (the native Qwen2; test_packed); Fast-dLLM's window cache on full
     attention unless it is off, the cache is off or the verify rule feeds several rows; a model
     with no cache at all (the fake) runs the whole canvas; a uniform-noise model is re-noised."""
     block_causal, full = models.load(str(tiny_checkpoint)), models.load(str(tiny_full_checkpoint))
-    assert strategy(block_causal) is ExactCache and strategy(block_causal, rule="verify") is ExactCache
+    assert strategy(block_causal) is PackedRows and strategy(block_causal, rule="verify") is PackedRows
     assert strategy(block_causal, cache=False) is FullCanvas
     assert strategy(full) is ApproxWindow and strategy(full, approx_cache="prefix") is ApproxWindow
     prefix = choose_forward(full, SamplerConfig(approx_cache="prefix"), torch.Generator())

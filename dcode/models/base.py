@@ -87,6 +87,18 @@ class UniformDenoiser(Denoiser, Protocol):
     def new_cache(self) -> Cache: ...  # always a cache: the block reads its context from it
 
 
+class PackedDenoiser(Denoiser, Protocol):
+    """A block-causal model that can run several rows packed into one sequence after its cache,
+    each row seeing the cache, the shared pieces and itself (dcode.models.native.packed_mask), and
+    make logits only from the final hidden states the sampler reads."""
+
+    def packed(
+        self, ids: torch.Tensor, positions: torch.Tensor, segments: torch.Tensor, cache: Any, origin: int = 0
+    ) -> torch.Tensor: ...  # ids, positions, segments (N,) -> final hidden states (N, hidden)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # (n, hidden) -> (n, V) in float32
+
+
 class WindowDenoiser(Denoiser, Protocol):
     """A full-attention model that offers Fast-dLLM's approximate cache (optional: the sampler
     looks for new_window_cache). refresh runs the whole canvas and caches every position outside

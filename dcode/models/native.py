@@ -244,10 +244,17 @@ class Qwen2(nn.Module):
     ) -> torch.Tensor:
         """ids (B, L) at positions [start, start+L), mask (1, 1, L, K) -> logits (B, L, V).
         With a cache, each layer's new keys/values are appended to it."""
-        x = self.model.embed_tokens(ids)  # (B, L, hidden)
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        return self.lm_head(self.hidden(ids, positions, mask, cache))
+
+    def hidden(
+        self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: NativeCache | None
+    ) -> torch.Tensor:
+        """ids (B, L) at `positions` (L,), mask (1, 1, L, K) -> the final norm's output (B, L, hidden),
+        what the output head reads."""
+        x = self.model.embed_tokens(ids)  # (B, L, hidden)
         cos, sin = rotary(positions, self.shape.head_dim, self.shape.theta, x.dtype)
-        return self.lm_head(self.model.norm(run_layers(self.model.layers, x, cos, sin, mask, cache)))
+        return self.model.norm(run_layers(self.model.layers, x, cos, sin, mask, cache))
 
 
 class NativeCache:
@@ -343,6 +350,38 @@ def forward_cached(model: nn.Module, ids: torch.Tensor, cache: NativeCache | Non
     return model(ids, start, mask, cache).float()
 
 
+def packed_mask(
+    positions: torch.Tensor, segments: torch.Tensor, cached: int, block: int, origin: int = 0
+) -> torch.Tensor:
+    """(1, 1, N, cached + N) bool for N tokens packed after `cached` cached ones: the token at
+    positions[i] of segment segments[i] sees a cached or packed key of an earlier or the same
+    attention block (counted from origin) that is shared (segment 0: the cache, the finished blocks
+    fed again) or of its own segment. Rows packed side by side thus see what they would see fed
+    as a batch (tree attention: SpecInfer, Miao et al. 2024, verifies a tree of drafts so).
+    Example: cached 0, block 2, positions [0, 1, 2, 3, 2, 3], segments [0, 0, 1, 1, 2, 2] -> the
+    tokens at 2-3 of segment 1 see keys 0-3, those of segment 2 keys 0, 1, 4, 5."""
+    device = positions.device
+    key_positions = torch.cat([torch.arange(cached, device=device), positions])  # (K,)
+    key_segments = torch.cat([torch.zeros(cached, dtype=segments.dtype, device=device), segments])
+    query_blocks = torch.div(positions - origin, block, rounding_mode="floor")  # (N,)
+    key_blocks = torch.div(key_positions - origin, block, rounding_mode="floor")  # (K,)
+    shared_or_own = (key_segments[None, :] == 0) | (key_segments[None, :] == segments[:, None])
+    return ((key_blocks[None, :] <= query_blocks[:, None]) & shared_or_own)[None, None]
+
+
+def head_logits(head: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """The output head on some final hidden states (n, hidden) -> logits (n, V) in float32. The
+    rows go in padded to a multiple of 16 (copies of the last): a matrix product of few rows
+    takes another kernel and rounds otherwise, and a row's logits must not depend on how many
+    rows were read with it (the verify rule's answer is one-token-per-pass's exactly)."""
+    n = len(hidden)
+    if n == 0:
+        return hidden.new_zeros((0, head.out_features), dtype=torch.float32)
+    padding = -n % 16
+    rows = torch.cat([hidden, hidden[-1:].expand(padding, -1)]) if padding else hidden
+    return head(rows)[:n].float()
+
+
 @dataclass
 class NativeDenoiser:
     """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward."""
@@ -358,6 +397,23 @@ class NativeDenoiser:
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
         return forward_cached(self.model, ids, cache, self.facts.block)
+
+    @torch.inference_mode()
+    def packed(
+        self, ids: torch.Tensor, positions: torch.Tensor, segments: torch.Tensor, cache: NativeCache, origin: int = 0
+    ) -> torch.Tensor:
+        """Rows packed into one sequence after the cache: ids, positions and segments (N,) (see
+        packed_mask) -> their final hidden states (N, hidden), which logits() turns into logits
+        where they are read. The new keys/values are appended to the cache; the caller crops."""
+        assert self.facts.block is not None, "packing needs block-causal attention"
+        cache.widen(1)
+        mask = packed_mask(positions, segments, cache.length, self.facts.block, origin)
+        return self.model.hidden(ids[None], positions, mask, cache)[0]
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head on final hidden states (n, hidden) -> logits (n, V) in float32."""
+        return head_logits(self.model.lm_head, hidden)
 
     def new_cache(self) -> NativeCache | None:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""

@@ -163,7 +163,10 @@ class BatchingDenoiser:
         return self.model.new_cache()
 
     def __getattr__(self, name: str) -> Any:
-        # the optional methods (extend, refresh, window, new_window_cache) of the wrapped model
+        # the optional methods (extend, refresh, window, new_window_cache) of the wrapped model;
+        # not packed(), which would run each worker's rows past the batch
+        if name in ("packed", "logits"):
+            raise AttributeError(name)
         return getattr(self.model, name)
 
     def __call__(self, ids: torch.Tensor, cache: Any = None, **kwargs: Any) -> torch.Tensor:

@@ -1,0 +1,108 @@
+"""Packed passes (dcode.forward.PackedRows over dcode.models.native): the verify rule's rows fed as
+one sequence, logits made only where the sampler reads. An exact reformulation of the batched
+pass (ExactCache): the same logits, bit for bit in float32, and so the same answers, for fewer
+tokens fed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dcode import pipeline
+from dcode.config import SamplerConfig
+from dcode.events import Finished, Step, drain
+from dcode.forward import ExactCache, PackedRows, Pass, choose_forward
+from dcode.models import load, native
+from dcode.serve.batching import BatchingDenoiser
+
+
+@pytest.fixture(scope="module")
+def tiny() -> native.NativeDenoiser:
+    return load(None, torch.device("cpu"), torch.float32)  # type: ignore[return-value]
+
+
+class Batched:
+    """dcode-tiny without packed(): the sampler feeds its rows as a batch (ExactCache)."""
+
+    def __init__(self, model: native.NativeDenoiser) -> None:
+        self.model, self.facts, self.tokenizer = model, model.facts, model.tokenizer
+
+    def __call__(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        return self.model(ids, cache)  # type: ignore[arg-type]
+
+    def new_cache(self) -> native.NativeCache | None:
+        return self.model.new_cache()
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+
+def test_packed_mask_docstring_example() -> None:
+    positions, segments = torch.tensor([0, 1, 2, 3, 2, 3]), torch.tensor([0, 0, 1, 1, 2, 2])
+    mask = native.packed_mask(positions, segments, 0, 2)[0, 0]
+    assert mask[2].tolist() == mask[3].tolist() == [True, True, True, True, False, False]
+    assert mask[4].tolist() == mask[5].tolist() == [True, True, False, False, True, True]
+    assert mask[0].tolist() == [True, True, False, False, False, False]
+
+
+def every_read(rows: int, width: int, reach_width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, offset) of every position a pass can be read at: each row's block, the last row to
+    reach. (Row r >= 1 holds drafts from offset 0 on and is read after them: a shifted model's
+    offset 0 is then row 0's position s-1 batched, its own packed.)"""
+    pairs = [(r, o) for r in range(rows) for o in range(reach_width if r == rows - 1 else width) if r == 0 or o > 0]
+    return torch.tensor([r for r, _ in pairs]), torch.tensor([o for _, o in pairs])
+
+
+@pytest.mark.parametrize("reach", [48, 64])
+@pytest.mark.parametrize("start", [20, 32])  # the prompt ends inside the block's attention block, or at its start
+def test_a_packed_pass_reads_the_batched_pass_logits_bit_for_bit(tiny, reach: int, start: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    canvas = torch.randint(3, 8000, (96,), generator=gen)
+    canvas[start:] = tiny.facts.mask_id
+    block = (start, 48)
+    rows = canvas.repeat(4, 1)
+    for r in range(1, 4):
+        rows[r, start : start + r] = torch.randint(3, 8000, (r,), generator=gen)  # row r holds r drafts
+    now = Pass(rows, block, reach, 0, torch.arange(48 - start), 0.0, rows[3, start : start + 3])
+    reads = every_read(4, 48 - start, reach - start)
+    seen = {}
+    for strategy in (ExactCache, PackedRows):
+        forward = strategy(tiny, tiny.new_cache())
+        readout, fed = forward(now)
+        seen[strategy] = readout(*reads), fed, forward.cache.length
+    (batched, batched_fed, batched_cache), (packed, packed_fed, packed_cache) = seen.values()
+    assert torch.equal(batched, packed)
+    assert packed_cache == batched_cache == start // 16 * 16  # the finished attention blocks only
+    assert packed_fed < batched_fed
+
+
+def answer(model: object, config: SamplerConfig, prompt: str) -> tuple[str, int]:
+    seen: list[object] = []
+    done = drain(pipeline.new(model, prompt, "python", 128, config, 0), seen.append, result=Finished)
+    return done.code, sum(event.input_tokens for event in seen if isinstance(event, Step))
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"rule": "verify"}, {"rule": "verify", "draft": 0}, {"rule": "threshold", "threshold": 0.7}],
+    ids=["verify", "one-per-pass", "threshold"],
+)
+def test_packed_passes_write_the_batched_answers_for_fewer_tokens(tiny, settings: dict[str, object]) -> None:
+    config = replace(SamplerConfig(), **settings)  # type: ignore[arg-type]
+    for prompt in ("a function that merges two sorted lists", "an LRU cache class with get and put"):
+        packed_code, packed_fed = answer(tiny, config, prompt)
+        batched_code, batched_fed = answer(Batched(tiny), config, prompt)
+        assert packed_code == batched_code
+        # one row a pass feeds what a batch of one feeds; the verify rule's rows share their prefix
+        assert packed_fed < batched_fed if settings == {"rule": "verify"} else packed_fed == batched_fed
+
+
+def test_who_packs(tiny) -> None:
+    config = SamplerConfig(rule="verify")
+    assert isinstance(choose_forward(tiny, config, torch.Generator()), PackedRows)
+    assert isinstance(choose_forward(Batched(tiny), config, torch.Generator()), ExactCache)  # type: ignore[arg-type]
+    # the server's batching proxy gathers its workers' calls: packing would run them past it
+    assert isinstance(choose_forward(BatchingDenoiser(tiny), config, torch.Generator()), ExactCache)
