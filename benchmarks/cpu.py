@@ -39,6 +39,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,15 @@ from dcode import pipeline
 from dcode.bench import PROMPTS, named, provenance, read_prompts, with_family
 from dcode.bench.metrics import Tally
 from dcode.bench.speed import PeakMemory
+from dcode.config import SamplerConfig
 from dcode.dtypes import NATIVE_BF16_FLAGS, cpu_flags
 from dcode.events import Finished, Step, drain
 from dcode.models import EMBEDDED, load, native
 
 OUT = Path("docs/benchmarks/cpu")
 DTYPES = ("float32", "bfloat16")
-SETTINGS = ("left-to-right", "model-defaults", "threshold-0.7", "entropy-bound-0.6")
+SETTINGS = ("left-to-right", "model-defaults", "model-defaults-no-pack", "threshold-0.7", "entropy-bound-0.6")
+WARM_UP = 3  # prompts run once, untimed, before the timed run
 PREFIX, BLOCK, ROWS, PER_PASS = 256, 32, (1, 4, 8, 16), (1, 2, 3, 5)
 
 # Published configs (config.json of each release), as native.Shape reads them.
@@ -81,76 +84,86 @@ SHAPES: dict[str, dict[str, Any]] = {
 # (a) dcode-tiny on the public prompts
 
 
-def answers(model: Any, rows: list[dict[str, str]], setting: str) -> tuple[dict[str, float], list[str], list[int]]:
-    """Every prompt answered with `setting` as `dcode new --no-repair` would: the metrics' row, the
-    codes, and the answer tokens of each."""
-    config = with_family(named(setting), model.facts.defaults)
-    tally, codes, tokens = Tally(), [], []
-    cpu = time.process_time()
-    for row in rows:
-        seen: list[Any] = []
-        began = time.perf_counter()
-        done = drain(pipeline.new(model, row["prompt"], row["lang"], 256, config, 0), seen.append, result=Finished)
-        passes_rows = sum(event.rows for event in seen if isinstance(event, Step))
-        tally.add(row["prompt"], done.code, done.forward, done.tokens, time.perf_counter() - began, passes_rows)
-        codes.append(done.code)
-        tokens.append(done.tokens)
-    cpu_seconds = time.process_time() - cpu
-    summary = tally.summary() | {"cpu_seconds": cpu_seconds, "tokens_per_cpu_second": tally.tokens / cpu_seconds}
-    return summary, codes, tokens
+@dataclass
+class Timed:
+    """One setting's answers, added up prompt by prompt."""
+
+    tally: Tally = field(default_factory=Tally)
+    cpu_seconds: float = 0.0
+    fed: int = 0  # tokens fed to the model, summed over the passes
+    codes: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        seconds, passes = self.cpu_seconds, max(1, self.tally.forward_passes)
+        return self.tally.summary() | {
+            "cpu_seconds": seconds,
+            "tokens_per_cpu_second": self.tally.tokens / seconds,
+            "fed_per_pass": self.fed / passes,
+        }
+
+
+def answer(model: Any, row: dict[str, str], config: SamplerConfig, timed: Timed) -> None:
+    """The prompt answered as `dcode new --no-repair` would, added to `timed`."""
+    seen: list[Any] = []
+    began, cpu = time.perf_counter(), time.process_time()
+    done = drain(pipeline.new(model, row["prompt"], row["lang"], 256, config, 0), seen.append, result=Finished)
+    seconds = time.perf_counter() - began
+    timed.cpu_seconds += time.process_time() - cpu
+    steps = [event for event in seen if isinstance(event, Step)]
+    timed.tally.add(row["prompt"], done.code, done.forward, done.tokens, seconds, sum(step.rows for step in steps))
+    timed.fed += sum(step.input_tokens for step in steps)
+    timed.codes.append(done.code)
+    timed.tokens.append(done.tokens)
 
 
 @torch.inference_mode()
-def autoregressive(model: Any, rows: list[dict[str, str]], counts: list[int]) -> dict[str, float]:
+def autoregressive(model: Any, row: dict[str, str], count: int, timed: Timed) -> None:
     """The same network as an autoregressive model: causal attention, greedy, one token a step with
-    its key/value cache, `counts[i]` new tokens for prompt i (no end token stops it)."""
-    network, passes, tokens, seconds = model.model, 0, 0, 0.0
-    cpu = time.process_time()
-    for row, count in zip(rows, counts, strict=True):
-        ids = torch.tensor([pipeline.prompt_ids(model, row["prompt"], row["lang"])])
-        began = time.perf_counter()
-        cache = native.NativeCache()
-        start, step = 0, ids
-        for _ in range(max(1, count)):
-            n = step.shape[1]
-            mask = native.block_causal_mask(start, n, start + n, 1, ids.device)  # block 1: causal
-            logits = network(step, start, mask, cache)  # (1, n, V)
-            start += n
-            step = logits[:, -1:].float().argmax(-1)  # (1, 1)
-            passes += 1
-        seconds += time.perf_counter() - began
-        tokens += max(1, count)
-    return {
-        "prompts": len(rows),
-        "forward_passes": passes,
-        "rows_per_pass": 1.0,
-        "tokens": tokens,
-        "tokens_per_forward": tokens / passes,
-        "tokens_per_second": tokens / seconds,
-        "wall_seconds": seconds,
-        "cpu_seconds": time.process_time() - cpu,
-        "tokens_per_cpu_second": tokens / (time.process_time() - cpu),
-    }
+    its key/value cache, `count` new tokens (no end token stops it)."""
+    network = model.model
+    ids = torch.tensor([pipeline.prompt_ids(model, row["prompt"], row["lang"])])
+    began, cpu = time.perf_counter(), time.process_time()
+    cache = native.NativeCache()
+    start, step, fed = 0, ids, 0
+    for _ in range(max(1, count)):
+        n = step.shape[1]
+        mask = native.block_causal_mask(start, n, start + n, 1, ids.device)  # block 1: causal
+        logits = network(step, start, mask, cache)  # (1, n, V)
+        start, fed = start + n, fed + n
+        step = logits[:, -1:].float().argmax(-1)  # (1, 1)
+    timed.tally.add(row["prompt"], "", max(1, count), max(1, count), time.perf_counter() - began)
+    timed.cpu_seconds += time.process_time() - cpu
+    timed.fed += fed
 
 
 def tiny_part(rows: list[dict[str, str]], settings: tuple[str, ...]) -> list[dict[str, Any]]:
-    """(a): a result row per dtype and setting, then the autoregressive row of each dtype."""
+    """(a): a result row per dtype and setting, then the autoregressive row of each dtype. Each
+    prompt runs under every setting in turn, then autoregressively, so that every setting sees
+    the same load on a shared machine; the first prompts run once first, untimed (a warm-up:
+    torch builds its kernels for each new shape once)."""
     out: list[dict[str, Any]] = []
     codes: dict[tuple[str, str], list[str]] = {}
     for dtype in DTYPES:
-        model = load(None, torch.device("cpu"), dtype)
-        counts: list[int] = []
-        for setting in settings:
-            summary, codes[dtype, setting], tokens = answers(model, rows, setting)
-            if setting == "model-defaults":
-                counts = tokens
-            same = sum(a == b for a, b in zip(codes["float32", setting], codes[dtype, setting], strict=True))
-            out.append({"dtype": dtype, "setting": setting, **summary, "same_as_float32": same})
-            print(json.dumps(out[-1]), flush=True)
-        out.append(
-            {"dtype": dtype, "setting": "autoregressive", **autoregressive(model, rows, counts or [64] * len(rows))}
-        )
-        print(json.dumps(out[-1]), flush=True)
+        model = load(None, torch.device("cpu"), getattr(torch, dtype))
+        configs = {name: with_family(named(name), model.facts.defaults) for name in settings}
+        for row in rows[:WARM_UP]:
+            for config in configs.values():
+                answer(model, row, config, Timed())
+        timed = {name: Timed() for name in [*settings, "autoregressive"]}
+        for row in rows:
+            for name, config in configs.items():
+                answer(model, row, config, timed[name])
+            count = timed["model-defaults"].tokens[-1] if "model-defaults" in timed else 64
+            autoregressive(model, row, count, timed["autoregressive"])
+        for name in settings:
+            codes[dtype, name] = timed[name].codes
+            same = sum(a == b for a, b in zip(codes["float32", name], codes[dtype, name], strict=True))
+            out.append({"dtype": dtype, "setting": name, **timed[name].summary(), "same_as_float32": same})
+        ar = {k: v for k, v in timed["autoregressive"].summary().items() if not k.endswith("_rate")}  # no code
+        out.append({"dtype": dtype, "setting": "autoregressive", **ar})
+        for line in out[-len(settings) - 1 :]:
+            print(json.dumps(line), flush=True)
     return out
 
 
@@ -331,19 +344,19 @@ def percent(row: dict[str, Any], key: str) -> str:
 def tiny_markdown(rows: list[dict[str, Any]], prompts: int) -> str:
     by = {(r["dtype"], r["setting"]): r for r in rows}
     lines = [
-        "| dtype | setting | passes | rows a pass | tokens | tok/pass | wall s | CPU s | tok/s (wall) | tok per CPU s "
+        "| dtype | setting | passes | rows a pass | tokens fed a pass | tokens | tok/pass | wall s | CPU s | tok/s "
         "| × left to right | × autoregressive | real code | key words | answers as float32's |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         l2r, ar = by[(r["dtype"], "left-to-right")], by[(r["dtype"], "autoregressive")]
-        speed = r["tokens_per_cpu_second"]
+        speed = r["tokens_per_second"]
         same = f"{r['same_as_float32']}/{prompts}" if "same_as_float32" in r else "–"
         lines.append(
-            f"| {r['dtype']} | {r['setting']} | {r['forward_passes']} | {r['rows_per_pass']:.1f} | {r['tokens']} "
-            f"| {r['tokens_per_forward']:.2f} | {r['wall_seconds']:.1f} | {r['cpu_seconds']:.1f} "
-            f"| {r['tokens_per_second']:.1f} | {speed:.1f} | {speed / l2r['tokens_per_cpu_second']:.2f}× "
-            f"| {speed / ar['tokens_per_cpu_second']:.2f}× "
+            f"| {r['dtype']} | {r['setting']} | {r['forward_passes']} | {r['rows_per_pass']:.1f} "
+            f"| {r['fed_per_pass']:.0f} | {r['tokens']} | {r['tokens_per_forward']:.2f} | {r['wall_seconds']:.1f} "
+            f"| {r['cpu_seconds']:.1f} | {speed:.1f} | {speed / l2r['tokens_per_second']:.2f}× "
+            f"| {speed / ar['tokens_per_second']:.2f}× "
             f"| {percent(r, 'real_code_rate')} | {percent(r, 'key_words_rate')} | {same} |"
         )
     return "\n".join(lines) + "\n"
@@ -370,19 +383,19 @@ def shapes_markdown(rows: list[dict[str, Any]]) -> str:
 def targets(report: dict[str, Any]) -> list[str]:
     """Issue 28's targets, each met or not, with the numbers measured in this run."""
     lines = []
-    tiny = {(r["dtype"], r["setting"]): r["tokens_per_cpu_second"] for r in report["tiny"]}
+    tiny = {(r["dtype"], r["setting"]): r["tokens_per_second"] for r in report["tiny"]}
     for dtype in DTYPES:
         if (dtype, "model-defaults") not in tiny or (dtype, "left-to-right") not in tiny:
             continue
         default, l2r, ar = tiny[dtype, "model-defaults"], tiny[dtype, "left-to-right"], tiny[dtype, "autoregressive"]
         best_ar = max(tiny[d, "autoregressive"] for d in DTYPES if (d, "autoregressive") in tiny)
         lines.append(
-            f"- dcode-tiny {dtype}, default decoding >= 2x one token per pass: {default:.1f} against {l2r:.1f} tok "
-            f"per CPU s, {default / l2r:.2f}x: **{'met' if default >= 2 * l2r else 'not met'}**"
+            f"- dcode-tiny {dtype}, default decoding >= 2x one token per pass: {default:.1f} against {l2r:.1f} tok/s, "
+            f"{default / l2r:.2f}x: **{'met' if default >= 2 * l2r else 'not met'}**"
         )
         lines.append(
             f"- dcode-tiny {dtype}, default decoding faster per token than the same-size autoregressive model with "
-            f"its cache: {default:.1f} against {ar:.1f} tok per CPU s in {dtype} ({default / ar:.2f}x), {best_ar:.1f} "
+            f"its cache: {default:.1f} against {ar:.1f} tok/s in {dtype} ({default / ar:.2f}x), {best_ar:.1f} "
             f"in its faster dtype ({default / best_ar:.2f}x): **{'met' if default > best_ar else 'not met'}**"
         )
     for r in report["shapes"]:
@@ -398,7 +411,7 @@ def targets(report: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads for (a) (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads for (a) (0: torch's, as dcode runs)")
     parser.add_argument("--shape-threads", type=int, default=1, help="torch threads for (b) (default: %(default)s)")
     parser.add_argument("--limit", type=int, default=0, help="(a): the first N prompts (0: all)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="(b): comma-separated (default: %(default)s)")
@@ -412,7 +425,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"provenance": provenance(command, EMBEDDED), "load_before": os.getloadavg()}
     rows = read_prompts(PROMPTS, args.limit)
     began = time.perf_counter()
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    args.threads = torch.get_num_threads()
     report["machine"] = machine()
     settings = tuple(n.strip() for n in args.settings.split(",") if n.strip())
     report["tiny"] = [] if args.skip_tiny else tiny_part(rows, settings)
@@ -441,12 +455,14 @@ def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> 
     if report["tiny"]:
         parts.append(
             f"\n## dcode-tiny, float32 and bfloat16\n\n{prompts} public prompts (dcode/bench/prompts.jsonl), 256-token "
-            f"canvas, greedy, no repair, {args.threads} thread(s). model-defaults is what `dcode new` runs (verify); "
-            "left-to-right is one token per pass left to right (verify with no drafts: the same answers); "
-            "autoregressive is the same network run causally, one token a step with its key/value cache, for as "
-            "many tokens as model-defaults wrote. CPU s is the process's CPU time, which leaves out the time spent "
-            "waiting for a core on the shared machine; tok per CPU s and the × columns (ratios within the dtype) "
-            "use it.\n\n" + tiny_markdown(report["tiny"], prompts)
+            f"canvas, greedy, no repair, {args.threads} thread(s) (what `dcode new` runs on this machine). "
+            "model-defaults is what `dcode new` runs (verify, its rows packed into one sequence); -no-pack feeds "
+            "the same rows as a batch (the same answers); left-to-right is one token per pass left to right "
+            "(verify with no drafts: the same answers); autoregressive is the same network run causally, one "
+            "token a step with its key/value cache, for as many tokens as model-defaults wrote. Each prompt runs "
+            f"under every setting in turn, then autoregressively (after {WARM_UP} prompts untimed), so that all "
+            "see the same load; tok/s and the × columns (ratios within the dtype) are wall time. CPU s is the "
+            "process's CPU time (with 2 threads, both threads' time).\n\n" + tiny_markdown(report["tiny"], prompts)
         )
     if report["shapes"]:
         parts.append(

@@ -217,7 +217,8 @@ def choose_forward(model: Denoiser, config: SamplerConfig, gen: torch.Generator,
     cache = model.new_cache() if config.cache else None
     if model.facts.noise == "uniform":
         return UniformNoise(cast(UniformDenoiser, model), cache, gen)
-    if cache is not None and model.facts.block is not None and callable(getattr(model, "packed", None)):
+    packs = config.pack and model.facts.block is not None and callable(getattr(model, "packed", None))
+    if cache is not None and packs:
         return PackedRows(cast(PackedDenoiser, model), cache, origin)
     if cache is not None:
         return ExactCache(model, cache, origin)

@@ -94,6 +94,11 @@ SAMPLER: tuple[Option, ...] = (
     sampler("seed", "--seed", "Seed of every random draw: same seed, same output."),
     sampler("cache", "--cache/--no-cache", "Reuse keys/values of finished blocks."),
     sampler(
+        "pack",
+        "--pack/--no-pack",
+        "With the cache: a pass's rows packed into one sequence, logits only where read (same answers).",
+    ),
+    sampler(
         "approx_cache",
         "--approx-cache",
         f"Full-attention models, Fast-dLLM cache: {', '.join(APPROX_CACHES)}.",

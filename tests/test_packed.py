@@ -106,3 +106,10 @@ def test_who_packs(tiny) -> None:
     assert isinstance(choose_forward(Batched(tiny), config, torch.Generator()), ExactCache)  # type: ignore[arg-type]
     # the server's batching proxy gathers its workers' calls: packing would run them past it
     assert isinstance(choose_forward(BatchingDenoiser(tiny), config, torch.Generator()), ExactCache)
+
+
+def test_no_pack_feeds_the_rows_as_a_batch(tiny) -> None:
+    config = SamplerConfig(rule="verify", pack=False)
+    assert isinstance(choose_forward(tiny, config, torch.Generator()), ExactCache)
+    code, fed = answer(tiny, config, "a function that merges two sorted lists")
+    assert (code, fed) == answer(Batched(tiny), SamplerConfig(rule="verify"), "a function that merges two sorted lists")

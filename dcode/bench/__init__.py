@@ -85,6 +85,8 @@ REGISTRY: dict[str, Setting] = {
         Setting("left-to-right", "fast", SamplerConfig(rule="verify", draft=0)),  # one token per pass, in order
         # exactly what `dcode new` runs without options (the model's recommended values)
         Setting("model-defaults", "fast", SamplerConfig(), decides=frozenset()),
+        # ...with a pass's rows fed as a batch rather than packed into one sequence (the same answers)
+        Setting("model-defaults-no-pack", "fast", SamplerConfig(pack=False), decides=frozenset({"pack"})),
     )
 }
 # Parametric names beside the registry's: the rule and the value of its own setting.
