@@ -252,8 +252,27 @@ def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
 
         return run
 
+    def packed_pass(rows: int) -> Callable[[], object]:
+        """The same rows packed into one sequence (dcode.forward.PackedRows), the output head on the
+        positions a verify pass reads: one per row, and the last row's rest of the block."""
+        ids = torch.randint(0, vocab, (rows * BLOCK,), generator=torch.Generator().manual_seed(2))
+        positions = torch.arange(PREFIX, PREFIX + BLOCK).repeat(rows)
+        segments = torch.arange(1, rows + 1).repeat_interleave(BLOCK)
+        mask = native.packed_mask(positions, segments, PREFIX, BLOCK)
+        firsts = torch.arange(rows) * (BLOCK + 1)  # row r at offset r
+        read = torch.cat([firsts, (rows - 1) * BLOCK + torch.arange(rows, BLOCK)])
+
+        def run() -> object:
+            cache.widen(1)
+            hidden = model.hidden(ids[None], positions, mask, cache)[0]  # (rows * BLOCK, hidden)
+            cache.crop(PREFIX)
+            return native.head_logits(model.lm_head, hidden[read])
+
+        return run
+
     for rows in ROWS[1:]:
         result[f"block_{rows}_rows_wall_ms"], result[f"block_{rows}_rows_ms"] = median_ms(block_pass(rows), repeats)
+        result[f"packed_{rows}_rows_wall_ms"], result[f"packed_{rows}_rows_ms"] = median_ms(packed_pass(rows), repeats)
     step_ids = torch.tensor([[5]])
     step_mask = native.block_causal_mask(PREFIX, 1, PREFIX + 1, 1, step_ids.device)
 
@@ -364,15 +383,18 @@ def tiny_markdown(rows: list[dict[str, Any]], prompts: int) -> str:
 
 def shapes_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| shape | dtype | block pass, 1 row ms (wall) | 4 rows | 8 rows | 16 rows | AR step ms (wall) | block / step "
-        "| peak MiB (float weights) | AR tok/s | projected tok/s at 1 / 2 / 3 / 5 tok/pass |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | dtype | block pass, 1 row ms (wall) | 4 rows | 8 rows | 16 rows | packed 4 / 8 / 16 rows "
+        "| AR step ms (wall) | block / step | peak MiB (float weights) | AR tok/s "
+        "| projected tok/s at 1 / 2 / 3 / 5 tok/pass |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         projected = " / ".join(f"{r[f'tok_s_at_{k}_per_pass']:.1f}" for k in PER_PASS)
+        packed = " / ".join(f"{r[f'packed_{k}_rows_ms']:.0f}" for k in ROWS[1:])
         lines.append(
             f"| {r['shape']} | {r['dtype']} | {r['block_1_rows_ms']:.0f} ({r['block_1_rows_wall_ms']:.0f}) "
             f"| {r['block_4_rows_ms']:.0f} | {r['block_8_rows_ms']:.0f} | {r['block_16_rows_ms']:.0f} "
+            f"| {packed} "
             f"| {r['ar_step_ms']:.0f} ({r['ar_step_wall_ms']:.0f}) | {r['block_over_step']:.2f} "
             f"| {r['peak_mib']} ({r['float_weights_mib']}) "
             f"| {r['ar_tok_s']:.1f} | {projected} |"
@@ -412,7 +434,7 @@ def targets(report: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=0, help="torch threads for (a) (0: torch's, as dcode runs)")
-    parser.add_argument("--shape-threads", type=int, default=1, help="torch threads for (b) (default: %(default)s)")
+    parser.add_argument("--shape-threads", type=int, default=0, help="torch threads for (b) (0: as (a))")
     parser.add_argument("--limit", type=int, default=0, help="(a): the first N prompts (0: all)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="(b): comma-separated (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="(b): timed calls per median (default: %(default)s)")
@@ -430,7 +452,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report["machine"] = machine()
     settings = tuple(n.strip() for n in args.settings.split(",") if n.strip())
     report["tiny"] = [] if args.skip_tiny else tiny_part(rows, settings)
-    torch.set_num_threads(args.shape_threads)
+    torch.set_num_threads(args.shape_threads or args.threads)
+    args.shape_threads = torch.get_num_threads()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
     report["shapes"] = shapes_part(names, args.repeats, not args.no_int8)
     report |= {"load_after": os.getloadavg(), "seconds": round(time.perf_counter() - began)}
@@ -468,7 +491,9 @@ def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> 
         parts.append(
             f"\n## Real shapes, random weights\n\ndcode.models.native's forward, {args.shape_threads} thread(s), "
             f"in CPU ms (wall ms in brackets): a {BLOCK}-token block over a {PREFIX}-token cached prefix, fed in 4, 8 "
-            f"and 16 rows (median of {args.repeats} after a warm-up), and in 1 row alternating with one "
+            f"and 16 rows (median of {args.repeats} after a warm-up), the same rows packed into one sequence with "
+            "the output head only where a verify pass reads (one position a row, and the last row's rest: "
+            "dcode.forward.PackedRows), and in 1 row alternating with one "
             f"autoregressive step (1 token) over the same cache (median of {max(5, args.repeats)} pairs); "
             "peak MiB is the process's memory high-water mark over its level before the model was "
             "built (the float weights' share in brackets: the int8 layers are not in it). int8 (the 0.5B shape): its "
