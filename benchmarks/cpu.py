@@ -35,6 +35,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -318,15 +319,61 @@ def shapes_part(names: list[str], repeats: int, int8: bool) -> list[dict[str, An
             weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.is_floating_point())
             del model
             release_memory()
-            one = timed["block_1_rows_ms"]
+            one = timed["block_1_rows_wall_ms"]
             row = {"shape": name, "dtype": kind, **timed, "peak_mib": round(peak.mb), "memory": peak.kind}
             row["float_weights_mib"] = round(weights / 2**20)
-            row["block_over_step"] = one / timed["ar_step_ms"]
-            row["ar_tok_s"] = 1000 / timed["ar_step_ms"]
+            row["block_over_step"] = one / timed["ar_step_wall_ms"]
+            row["ar_tok_s"] = 1000 / timed["ar_step_wall_ms"]
             row |= {f"tok_s_at_{k}_per_pass": k * 1000 / one for k in PER_PASS}
             out.append(row)
             print(json.dumps(row), flush=True)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) llama.cpp, the peer
+
+
+def llama_part(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """benchmarks/llama_cpp.py's measurements (one JSON object a line) at (b)'s threads."""
+    script = Path(__file__).with_name("llama_cpp.py")
+    argv = [args.llama_python, str(script), "--llama-bench", str(args.llama_bench), "--gguf-dir", str(args.gguf_dir)]
+    done = subprocess.run([*argv, "--threads", str(args.shape_threads)], capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"llama_cpp.py failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def llama_markdown(report: dict[str, Any]) -> str:
+    """llama.cpp's figures beside dcode's on the same shape: its tokens per second generating one at a
+    time, against dcode's bfloat16 block passes at the tokens per pass they would need to match."""
+    if not report["llama_cpp"]:
+        return (
+            "\n## llama.cpp\n\nNot measured in this run: pass `--llama-bench PATH` (benchmarks/llama_cpp.py says "
+            "how to build it offline) and `--llama-python` (a python with gguf).\n"
+        )
+    lines = ["| quant | threads | test | tok/s |", "|---|---|---|---|"]
+    for r in report["llama_cpp"]:
+        lines.append(f"| {r['quant']} | {r['threads']} | {r['test']} | {r['tok_s']:.1f} ± {r['tok_s_stdev']:.1f} |")
+    ours = [r for r in report["shapes"] if r["shape"] == "qwen2.5-0.5b" and r["dtype"] == "bfloat16"]
+    generation = max((r["tok_s"] for r in report["llama_cpp"] if r["test"] == "tg64"), default=0.0)
+    stand = ""
+    if ours and generation:
+        one, packed = ours[0]["block_1_rows_wall_ms"], ours[0]["packed_4_rows_wall_ms"]
+        stand = (
+            f"\n\nWhere dcode stands: llama.cpp generates {generation:.1f} tok/s on this shape (its faster quant). "
+            f"dcode's bfloat16 block pass takes {one:.0f} ms in 1 row and {packed:.0f} ms in 4 packed rows (a verify "
+            f"pass checking 3 drafts), so it would need {generation * one / 1000:.1f} tokens a 1-row pass, or "
+            f"{generation * packed / 1000:.1f} a 4-row pass, to match it; dcode-tiny's verify rule commits about 3.\n"
+        )
+    commit = report["llama_cpp"][0].get("llama_cpp_commit", "?")
+    return (
+        f"\n## llama.cpp\n\nllama.cpp {commit} (llama-bench, built from llama-cpp-python's sdist: "
+        "benchmarks/llama_cpp.py) on the same random Qwen2.5-Coder-0.5B shape: tg64 generates 64 tokens one at "
+        "a time from an empty cache, pp32 runs one 32-token batch (the size of a block pass); mean ± stdev.\n\n"
+        + "\n".join(lines)
+        + stand
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,19 +430,19 @@ def tiny_markdown(rows: list[dict[str, Any]], prompts: int) -> str:
 
 def shapes_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| shape | dtype | block pass, 1 row ms (wall) | 4 rows | 8 rows | 16 rows | packed 4 / 8 / 16 rows "
-        "| AR step ms (wall) | block / step | peak MiB (float weights) | AR tok/s "
+        "| shape | dtype | block pass, 1 row ms (CPU) | 4 rows | 8 rows | 16 rows | packed 4 / 8 / 16 rows "
+        "| AR step ms (CPU) | block / step | peak MiB (float weights) | AR tok/s "
         "| projected tok/s at 1 / 2 / 3 / 5 tok/pass |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         projected = " / ".join(f"{r[f'tok_s_at_{k}_per_pass']:.1f}" for k in PER_PASS)
-        packed = " / ".join(f"{r[f'packed_{k}_rows_ms']:.0f}" for k in ROWS[1:])
+        packed = " / ".join(f"{r[f'packed_{k}_rows_wall_ms']:.0f}" for k in ROWS[1:])
         lines.append(
-            f"| {r['shape']} | {r['dtype']} | {r['block_1_rows_ms']:.0f} ({r['block_1_rows_wall_ms']:.0f}) "
-            f"| {r['block_4_rows_ms']:.0f} | {r['block_8_rows_ms']:.0f} | {r['block_16_rows_ms']:.0f} "
+            f"| {r['shape']} | {r['dtype']} | {r['block_1_rows_wall_ms']:.0f} ({r['block_1_rows_ms']:.0f}) "
+            f"| {r['block_4_rows_wall_ms']:.0f} | {r['block_8_rows_wall_ms']:.0f} | {r['block_16_rows_wall_ms']:.0f} "
             f"| {packed} "
-            f"| {r['ar_step_ms']:.0f} ({r['ar_step_wall_ms']:.0f}) | {r['block_over_step']:.2f} "
+            f"| {r['ar_step_wall_ms']:.0f} ({r['ar_step_ms']:.0f}) | {r['block_over_step']:.2f} "
             f"| {r['peak_mib']} ({r['float_weights_mib']}) "
             f"| {r['ar_tok_s']:.1f} | {projected} |"
         )
@@ -425,7 +472,7 @@ def targets(report: dict[str, Any]) -> list[str]:
             ratio = r["block_over_step"]
             lines.append(
                 f"- Qwen2.5-Coder-0.5B shape, bfloat16: a 32-token block pass <= 2x a one-token step: "
-                f"{r['block_1_rows_ms']:.0f} against {r['ar_step_ms']:.0f} CPU ms, {ratio:.2f}x: "
+                f"{r['block_1_rows_wall_ms']:.0f} against {r['ar_step_wall_ms']:.0f} ms, {ratio:.2f}x: "
                 f"**{'met' if ratio <= 2 else 'not met'}**"
             )
     return lines
@@ -441,6 +488,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-int8", action="store_true", help="(b): skip int8 dynamic quantisation")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="(a): setting names (default: %(default)s)")
     parser.add_argument("--skip-tiny", action="store_true")
+    parser.add_argument("--llama-bench", type=Path, help="(c): llama.cpp's llama-bench")
+    parser.add_argument("--llama-python", default=sys.executable, help="(c): a python with gguf installed")
+    parser.add_argument("--gguf-dir", type=Path, default=Path(".bench/gguf"), help="(c): where the GGUF files are kept")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     command = shlex.join(["python", "benchmarks/cpu.py", *(sys.argv[1:] if argv is None else argv)])
@@ -456,6 +506,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.shape_threads = torch.get_num_threads()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
     report["shapes"] = shapes_part(names, args.repeats, not args.no_int8)
+    report["llama_cpp"] = llama_part(args) if args.llama_bench else []
     report |= {"load_after": os.getloadavg(), "seconds": round(time.perf_counter() - began)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -490,7 +541,8 @@ def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> 
     if report["shapes"]:
         parts.append(
             f"\n## Real shapes, random weights\n\ndcode.models.native's forward, {args.shape_threads} thread(s), "
-            f"in CPU ms (wall ms in brackets): a {BLOCK}-token block over a {PREFIX}-token cached prefix, fed in 4, 8 "
+            "in wall ms (the process's CPU ms in brackets: with several threads, all of their time): "
+            f"a {BLOCK}-token block over a {PREFIX}-token cached prefix, fed in 4, 8 "
             f"and 16 rows (median of {args.repeats} after a warm-up), the same rows packed into one sequence with "
             "the output head only where a verify pass reads (one position a row, and the last row's rest: "
             "dcode.forward.PackedRows), and in 1 row alternating with one "
@@ -502,10 +554,7 @@ def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> 
             "multiply the measured 1-row block pass by tokens per pass; only the tokens per pass are projected.\n\n"
             + shapes_markdown(report["shapes"])
         )
-    parts.append(
-        "\n## llama.cpp\n\nNot measured: llama-cpp-python builds llama.cpp from source, which does not fit in "
-        "this run's ten minutes on two shared cores; the peer a CPU user would pick is left unmeasured here.\n"
-    )
+    parts.append(llama_markdown(report))
     return "".join(parts)
 
 
