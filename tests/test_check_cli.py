@@ -116,12 +116,14 @@ def test_repair_a_valid_file_changes_nothing(files: Path) -> None:
 def test_repair_end_to_end_with_the_embedded_model(files: Path) -> None:
     """The shipped model repairs in place or leaves the file alone: never more errors, never a
     change outside the re-masked spans' lines, exit 0 only if it parses."""
+    from dcode.dtypes import cpu_dtype
     from dcode.syntax import find_issues
 
     path = files / "broken.py"
     result = run(["repair", str(path), "--json", "--repair-tries", "2"])
     assert result.exit_code in (0, 3), result.stderr
     report = json.loads(result.stdout)
+    assert (report["model"], report["dtype"]) == ("dcode-tiny", cpu_dtype())  # what ran, as `new --json` says it
     assert report["rounds"] <= report["attempts"] <= 2 * report["rounds"]
     after = path.read_text()
     assert len(find_issues(after, "python")) == report["issues_after"] <= report["issues_before"] == 1

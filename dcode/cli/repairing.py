@@ -42,7 +42,7 @@ def repair_command(
     )
 
     # 3) deliver: a diff, stdout, or the file (only if it got better)
-    keys = identity(filler)[1] if chosen.get("endpoint") else {}
+    keys = identity(filler)[1]  # the model, and its dtype or its endpoint, as `new --json` says them
     say = {"diff": diff, "as_json": chosen["as_json"], "quiet": chosen["quiet"]}
     with recorded(ctx, filler, done, None, target or file):
         finish_repair(source, done, file, target, to_stdout, keys, **say)
