@@ -15,7 +15,7 @@ from dcode.config import SamplerConfig
 from dcode.events import Finished, Step, drain
 from dcode.forward import ExactCache, PackedRows, Pass, choose_forward
 from dcode.models import load, native
-from dcode.serve.batching import BatchingDenoiser
+from dcode.serve.batching import BatchingDenoiser, Call, Layout, run_heads, run_packed
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +104,9 @@ def test_who_packs(tiny) -> None:
     config = SamplerConfig(rule="verify")
     assert isinstance(choose_forward(tiny, config, torch.Generator()), PackedRows)
     assert isinstance(choose_forward(Batched(tiny), config, torch.Generator()), ExactCache)  # type: ignore[arg-type]
-    # the server's batching proxy gathers its workers' calls: packing would run them past it
-    assert isinstance(choose_forward(BatchingDenoiser(tiny), config, torch.Generator()), ExactCache)
+    # the server's batching proxy packs where its model does, gathering its workers' packed calls
+    assert isinstance(choose_forward(BatchingDenoiser(tiny), config, torch.Generator()), PackedRows)  # type: ignore[arg-type]
+    assert isinstance(choose_forward(BatchingDenoiser(Batched(tiny)), config, torch.Generator()), ExactCache)  # type: ignore[arg-type]
 
 
 def test_no_pack_feeds_the_rows_as_a_batch(tiny) -> None:
@@ -113,3 +114,64 @@ def test_no_pack_feeds_the_rows_as_a_batch(tiny) -> None:
     assert isinstance(choose_forward(tiny, config, torch.Generator()), ExactCache)
     code, fed = answer(tiny, config, "a function that merges two sorted lists")
     assert (code, fed) == answer(Batched(tiny), SamplerConfig(rule="verify"), "a function that merges two sorted lists")
+
+
+def packed_call(
+    tiny, cached: int, rows: int, gen: torch.Generator, last: int = 32
+) -> tuple[Call, torch.Tensor, native.NativeCache]:
+    """A packed call laid out as PackedRows lays out a verify pass, and the hidden states and cache
+    NativeDenoiser.packed gives it alone: `cached` positions cached (in 16s: cropped at attention
+    blocks), a finished block fed again (segment 0), then `rows` rows from the next block's
+    start, 16 positions each but the last, which runs `last`."""
+    cache, twin = tiny.new_cache(), tiny.new_cache()
+    if cached:
+        prefix = torch.randint(3, 8000, (1, cached), generator=gen)
+        tiny(prefix, cache)
+        tiny(prefix, twin)
+    b = cached + 16
+    ends = [b + 16] * (rows - 1) + [b + last]
+    positions = torch.cat([torch.arange(cached, b), *(torch.arange(b, end) for end in ends)])  # (N,)
+    segments = torch.cat([torch.zeros(16), *(torch.full((end - b,), r + 1) for r, end in enumerate(ends))]).long()
+    ids = torch.randint(3, 8000, (len(positions),), generator=gen)
+    return Call(ids, cache, "packed", Layout(positions, segments, 0)), tiny.packed(ids, positions, segments, twin), twin
+
+
+def same_caches(a: native.NativeCache, b: native.NativeCache) -> bool:
+    return a.length == b.length and all(
+        torch.equal(x, y) for pa, pb in zip(a.layers, b.layers, strict=True) for x, y in zip(pa, pb, strict=True)
+    )
+
+
+def test_a_batched_packed_forward_gives_each_call_its_hidden_states_bit_for_bit(tiny) -> None:
+    """Calls of one packed length (how the server groups them) at caches of 0, 16 and 48 positions
+    (112 keys at most: see the next test for more than 192)."""
+    gen = torch.Generator().manual_seed(0)
+    made = [packed_call(tiny, cached, 2, gen) for cached in (16, 0, 48)]
+    run_packed(tiny, [call for call, _, _ in made])
+    for call, hidden, twin in made:
+        assert call.result is not None and torch.equal(call.result, hidden)
+        assert same_caches(call.cache, twin)
+
+
+def test_packed_calls_of_other_lengths_or_long_caches_never_see_the_padding(tiny) -> None:
+    """Sequences of 48, 64 and 20 tokens (the last ends at the canvas's end) padded to 64, one
+    after a cache of 160 positions (224 keys: past the 192 where torch 2.13's CPU attention takes
+    the keys in blocks, so that the others' keys, spread by the padding, fall in two): each call's
+    hidden states are its own to float32 rounding, not bit for bit (9e-6 seen on values up to 13,
+    some ulps after six layers; the bound leaves room for another CPU's); padding or another call
+    seen would be off by far more."""
+    gen = torch.Generator().manual_seed(1)
+    made = [packed_call(tiny, 0, 1, gen), packed_call(tiny, 160, 2, gen), packed_call(tiny, 16, 1, gen, last=4)]
+    run_packed(tiny, [call for call, _, _ in made])
+    for call, hidden, twin in made:
+        assert call.result is not None and call.result.shape == hidden.shape
+        assert torch.allclose(call.result, hidden, rtol=0, atol=2e-5)
+        assert call.cache.length == twin.length
+
+
+def test_the_output_head_on_several_calls_rows_gives_each_its_logits_bit_for_bit(tiny) -> None:
+    gen = torch.Generator().manual_seed(2)
+    calls = [Call(torch.randn(n, 256, generator=gen), None, "head") for n in (1, 15, 17, 40, 3)]
+    run_heads(tiny, calls)
+    for call in calls:
+        assert call.result is not None and torch.equal(call.result, tiny.logits(call.ids))

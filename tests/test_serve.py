@@ -36,7 +36,7 @@ from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
 from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
-from dcode.serve.batching import BatchingDenoiser, Call, run_native  # noqa: E402
+from dcode.serve.batching import BatchingDenoiser, Call, RequestCancelled, run_native  # noqa: E402
 from dcode.serve.engine import Engine  # noqa: E402
 from dcode.serve.replies import fill_middle  # noqa: E402
 
@@ -186,9 +186,14 @@ def test_frames_round_trip_through_json() -> None:
 # Several requests at once
 
 
-def test_batched_forwards_equal_unbatched(server: Served) -> None:
-    """Threads sampling through one BatchingDenoiser get the canvases each gets alone, in fewer forwards."""
+@pytest.mark.parametrize("draft", [None, 0], ids=["drafts", "draft-0"])
+def test_batched_forwards_equal_unbatched(server: Served, draft: int | None) -> None:
+    """Threads sampling through one BatchingDenoiser get the canvases each gets alone, in fewer
+    forwards and output heads: the verify rule's passes packed (PackedRows), the workers' packed
+    calls of one length run as one forward and their head calls as one head."""
     model, config = server.engine.model, server.engine.config
+    assert config.rule == "verify" and config.draft > 0 and model.model.lm_head.weight.dtype == torch.float32
+    config = config if draft is None else dataclasses.replace(config, draft=draft)
     prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
     for p in prompts:
@@ -209,6 +214,26 @@ def test_batched_forwards_equal_unbatched(server: Served) -> None:
         t.join()
     assert all(torch.equal(a.canvas, b.canvas) for a, b in zip(alone, together, strict=True))
     assert batcher.forwards < batcher.calls
+    assert 0 < batcher.heads < batcher.head_calls
+
+
+def test_a_cancelled_request_stops_at_its_next_packed_or_head_call(server: Served) -> None:
+    model, config = server.engine.model, server.engine.config
+    batcher = BatchingDenoiser(model)
+    ids = pipeline.prompt_ids(model, "fizzbuzz", "python")
+    cancelled = threading.Event()
+    with batcher.worker(cancelled):
+        steps = denoise(batcher, torch.tensor(ids + [facts_mask(model)] * 24), len(ids), config)
+        next(steps)  # one pass: a packed forward and its heads
+        ran = batcher.calls, batcher.head_calls
+        assert ran[0] == 1 and ran[1] > 0
+        cancelled.set()
+        with pytest.raises(RequestCancelled):
+            next(steps)
+        assert batcher.logits is not None
+        with pytest.raises(RequestCancelled):
+            batcher.logits(torch.zeros(1, model.model.shape.hidden))
+    assert (batcher.calls, batcher.head_calls) == ran  # neither reached the model
 
 
 def facts_mask(model: Any) -> int:

@@ -1,19 +1,31 @@
 """A model proxy that batches the forward passes of requests running together.
 
 Each request's denoise() generator (the one sampling loop) runs in its own worker thread with a
-BatchingDenoiser as its model, which satisfies the Denoiser protocol: a forward call from a worker
-waits until every running worker has called (or a short wait ran out), then the calls that fit
-together run as one batched forward and each worker gets its own rows back. Calls that do not fit
-run alone. The results are the unbatched results: rows of a batch never see one another.
+BatchingDenoiser as its model, which satisfies the Denoiser protocol, and the PackedDenoiser one
+where the wrapped model does (the sampler then packs each pass's rows into one sequence,
+dcode.forward.PackedRows, as it does alone): a call from a worker (a forward, a packed forward, or
+the output head on the hidden states the sampler reads) waits until every running worker has
+called (or a short wait ran out), then the calls that fit together run as one and each worker gets
+its own rows back (a round with head calls runs those first, alone, so that the workers keep in
+step: BatchingDenoiser._arrive). Calls that do not fit run alone. The results are the unbatched
+results: rows of a batch never see one another.
 
 What fits together:
-- the native Qwen2 (dcode.models.native, dcode-tiny): every call of the same input length,
-  whatever its cache length (run_native also takes mixed input lengths, but on a CPU a row padded
-  from 16 to 32 inputs costs what 32 cost). Caches are right-padded to the longest, each row runs
-  at its own positions (RoPE) under its own mask, and no real position sees padding or another row;
+- the native Qwen2 (dcode.models.native, dcode-tiny), packed: every call of the same packed length
+  N, whatever its cache length. The sequences are stacked, caches right-padded to the longest,
+  each at its own positions (RoPE) under its own packed_mask; no real position sees padding or
+  another call. Their hidden states are bit for bit the call's alone in float32 on a CPU while the
+  batch's longest cache plus N is at most 192 keys (torch 2.13: past that its CPU attention takes
+  the keys in blocks, and a call whose cached and new keys the padding spreads over two rounds
+  otherwise, within some ulps), and always for the call with the longest cache;
+- the native Qwen2's output head: every call, the hidden states concatenated (native.head_logits
+  pads them to a multiple of 16 rows, and a row's logits do not depend on the rows read with it);
+- the native Qwen2, rows (no packing: the cache off): every call of the same input length, whatever
+  its cache length, run the same way under rows_mask;
 - any other model without a cache, the same canvas length: the canvases stacked.
-Anything else (keyword arguments, a uniform-noise model's extend(), the window cache) passes
-through unbatched. Knows nothing about HTTP, requests or prompts.
+Anything else (keyword arguments, a uniform-noise model's extend(), the window cache, another
+model's packed forward) passes through unbatched or runs alone. Knows nothing about HTTP, requests
+or prompts.
 """
 
 from __future__ import annotations
@@ -21,26 +33,39 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
 
-from dcode.models.base import Denoiser, ModelFacts
-from dcode.models.native import NativeCache, NativeDenoiser, rotary
+from dcode.models.base import Denoiser, ModelFacts, PackedDenoiser
+from dcode.models.native import NativeCache, NativeDenoiser, packed_mask, rotary, run_layers
 
 
 class RequestCancelled(Exception):
-    """The worker's request was cancelled (client gone, server stopping): raised at its next forward."""
+    """The worker's request was cancelled (client gone, server stopping): raised at its next call."""
+
+
+Kind = Literal["rows", "packed", "head"]  # a forward of rows, a packed forward, the output head
+
+
+class Layout(NamedTuple):
+    """Where a packed call's tokens sit (see native.packed_mask)."""
+
+    positions: torch.Tensor  # (N,) canvas positions
+    segments: torch.Tensor  # (N,) 0: shared; r + 1: row r's own
+    origin: int  # where the attention blocks start
 
 
 @dataclass(eq=False)
 class Call:
-    ids: torch.Tensor  # (R, n)
+    ids: torch.Tensor  # rows: (R, n) token ids; packed: (N,) token ids; head: (n, hidden) final hidden states
     cache: Any
-    result: torch.Tensor | None = None  # (R, n, V)
+    kind: Kind = "rows"
+    layout: Layout | None = None  # packed: positions, segments, origin
+    result: torch.Tensor | None = None  # rows: (R, n, V) logits; packed: (N, hidden); head: (n, V)
     error: BaseException | None = None
     done: bool = False
     arrived: float = field(default_factory=time.perf_counter)
@@ -48,11 +73,18 @@ class Call:
 
 def group_key(call: Call, native: bool) -> tuple[Any, ...]:
     """Calls with the same key run as one forward. Example: no cache, 40 positions -> ("full", 40)."""
-    if native and (call.cache is None or isinstance(call.cache, NativeCache)):
+    if native and call.kind == "head":  # any number of rows: the head pads them to a multiple of 16 anyway
+        return ("head",)
+    if native and call.kind == "packed":
+        # one packed length N, not close ones merged: on a CPU a padded position costs what a real one
+        # costs, N comes in steps of 16 (a row's part is an attention block; under load, --busy-draft 0,
+        # nearly every call is 16 or 32), and only calls of one N can be bit for bit what they are alone
+        return ("packed", len(call.ids))
+    if native and call.kind == "rows" and (call.cache is None or isinstance(call.cache, NativeCache)):
         # any cache length (per-row positions and masks), one input length: a row padded to a longer
         # input pays for its padding in every layer (a third of the positions at --busy-draft 0)
         return ("native", call.ids.shape[1])
-    if call.cache is None:
+    if call.kind == "rows" and call.cache is None:
         return ("full", call.ids.shape[1])
     return ("alone", id(call))
 
@@ -76,62 +108,146 @@ def rows_mask(starts: list[int], lengths: list[int], width: int, cached: int, bl
     return seen[:, None]
 
 
+def packed_masks(calls: list[Call], width: int, cached: int, block: int, device: torch.device) -> torch.Tensor:
+    """(B, 1, N, C + N) bool for packed calls stacked: call b's own packed_mask, its cached keys [0, c_b)
+    in the cache right-padded to C = `cached`, its N_b packed keys at [C, C + N_b), the rest padding,
+    seen by no real query. A padding query (t >= N_b) sees its own key only: a query that sees no key
+    comes out NaN in some SDPA kernels and torch versions (torch 2.13's CPU ones give 0), its keys and
+    values would carry the NaN into the next layer, and there a real query's weight of 0 on them
+    still makes NaN (0 * NaN). Example: one call, no cache -> its packed_mask."""
+    mask = torch.zeros(len(calls), 1, width, cached + width, dtype=torch.bool, device=device)
+    for b, call in enumerate(calls):
+        layout, c, n = call.layout, call.cache.length, len(call.ids)
+        assert layout is not None
+        own = packed_mask(layout.positions, layout.segments, c, block, layout.origin)[0, 0]  # (N_b, c + N_b)
+        mask[b, 0, :n, :c] = own[:, :c]
+        mask[b, 0, :n, cached : cached + n] = own[:, c:]
+        padding = torch.arange(n, width, device=device)
+        mask[b, 0, padding, cached + padding] = True
+    return mask
+
+
 def ids_dtype(qwen: Any) -> torch.dtype:
     """The dtype of the network's keys and values (its weights')."""
     return qwen.lm_head.weight.dtype  # type: ignore[no-any-return]
+
+
+def padded_past(model: NativeDenoiser, caches: list[Any], rows: list[int], cached: int) -> NativeCache:
+    """Every layer's keys/values (B, Hkv, C, D) for the rows of calls with these caches (NativeCache or
+    None), `rows[i]` rows for caches[i]: each cache right-padded with zeros to C = `cached` positions
+    (None or empty: all padding), once per row. A scratch cache that run_layers appends to."""
+    qwen, past = model.model, NativeCache()
+    if not cached:
+        return past
+    kv_shape = next(cache.layers[0][0].shape for cache in caches if cache is not None and cache.layers)
+
+    def padded(cache: Any, count: int, i: int, j: int) -> torch.Tensor:  # (count, Hkv, C, D)
+        if cache is None or not cache.layers:
+            empty = torch.zeros(1, kv_shape[1], cached, kv_shape[3], dtype=ids_dtype(qwen), device=model.device)
+            return empty.expand(count, -1, -1, -1)
+        keys = cache.layers[i][j][:1]
+        return F.pad(keys, (0, 0, 0, cached - keys.shape[2])).expand(count, -1, -1, -1)
+
+    past.layers = [
+        (
+            torch.cat([padded(cache, count, i, 0) for cache, count in zip(caches, rows, strict=True)]),
+            torch.cat([padded(cache, count, i, 1) for cache, count in zip(caches, rows, strict=True)]),
+        )
+        for i in range(len(qwen.model.layers))
+    ]
+    return past
+
+
+def run_rows(
+    model: NativeDenoiser, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: NativeCache
+) -> torch.Tensor:
+    """Rows ids (B, n), each at its own positions (B, n) (RoPE) under its own mask (B, 1, n, K), after
+    `past` (padded_past) -> the final norm's output (B, n, hidden); every layer's keys/values
+    (B, Hkv, K, D) are left in `past`."""
+    qwen = model.model
+    with torch.inference_mode():
+        x = qwen.model.embed_tokens(ids)  # (B, n, hidden)
+        cos, sin = rotary(positions.reshape(-1), qwen.shape.head_dim, qwen.shape.theta, x.dtype)
+        cos, sin = (t.view(*ids.shape[:2], -1)[:, None] for t in (cos, sin))  # (B, 1, n, D)
+        return qwen.model.norm(run_layers(qwen.model.layers, x, cos, sin, mask, past))
+
+
+def keep_new(calls: list[Call], rows: list[int], lengths: list[int], cached: int, presents: NativeCache) -> None:
+    """Each call's cache becomes what the call alone leaves: its own c positions, then its n = lengths[i]
+    new ones, from its rows of the batch's keys/values (cache right-padded to `cached`)."""
+    row = 0
+    for call, count, n in zip(calls, rows, lengths, strict=True):
+        if call.cache is not None:
+            c = call.cache.length
+            call.cache.layers = [
+                tuple(
+                    torch.cat([t[row : row + count, :, :c], t[row : row + count, :, cached : cached + n]], dim=2)
+                    for t in kv
+                )
+                for kv in presents.layers
+            ]
+        row += count
 
 
 def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
     """One forward of the native Qwen2 for calls at any cache length and input length: rows stacked,
     caches right-padded to the longest, inputs right-padded, each row at its own positions (RoPE)
     and under its own mask, so that no row sees another's or any padding."""
-    qwen, facts = model.model, model.facts
-    device = model.device
+    facts, device = model.facts, model.device
     rows = [len(call.ids) for call in calls]
     starts = [call.cache.length if call.cache is not None else 0 for call in calls for _ in range(len(call.ids))]
     lengths = [call.ids.shape[1] for call in calls for _ in range(len(call.ids))]
     width, cached = max(lengths), max(starts)
     ids = torch.cat([F.pad(call.ids, (0, width - call.ids.shape[1]), value=facts.pad_id) for call in calls])
-    past: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(qwen.model.layers)
-    if cached:
-        kv_shape = next(c.cache.layers[0][0].shape for c in calls if c.cache is not None and c.cache.layers)
-
-        def padded(call: Call, i: int, j: int) -> torch.Tensor:  # (R, Hkv, C, D)
-            if call.cache is None or not call.cache.layers:  # nothing cached yet: all padding
-                empty = torch.zeros(1, kv_shape[1], cached, kv_shape[3], dtype=ids_dtype(qwen), device=device)
-                return empty.expand(len(call.ids), -1, -1, -1)
-            keys = call.cache.layers[i][j][:1]
-            keys = F.pad(keys, (0, 0, 0, cached - keys.shape[2]))
-            return keys.expand(len(call.ids), -1, -1, -1)
-
-        past = [
-            (torch.cat([padded(call, i, 0) for call in calls]), torch.cat([padded(call, i, 1) for call in calls]))
-            for i in range(len(qwen.model.layers))
-        ]
     mask = rows_mask(starts, lengths, width, cached, facts.block).to(device)
     positions = (torch.tensor(starts)[:, None] + torch.arange(width)[None, :]).to(device)  # (B, n)
+    past = padded_past(model, [call.cache for call in calls], rows, cached)
+    hidden = run_rows(model, ids, positions, mask, past)  # (B, n, hidden)
     with torch.inference_mode():
-        x = qwen.model.embed_tokens(ids)  # (B, n, hidden)
-        cos, sin = rotary(positions.reshape(-1), qwen.shape.head_dim, qwen.shape.theta, x.dtype)
-        cos, sin = (t.view(len(ids), 1, width, -1) for t in (cos, sin))  # (B, 1, n, D)
-        presents = []
-        for i, layer in enumerate(qwen.model.layers):
-            x, present = layer(x, cos, sin, mask, past[i])
-            presents.append(present)
-        logits = qwen.lm_head(qwen.model.norm(x)).float()  # (B, n, V)
+        logits = model.model.lm_head(hidden).float()  # (B, n, V)
+    keep_new(calls, rows, [call.ids.shape[1] for call in calls], cached, past)
     row = 0
     for call, count in zip(calls, rows, strict=True):
-        c, n = starts[row], lengths[row]
-        call.result = logits[row : row + count, :n]
-        if call.cache is not None:
-            call.cache.layers = [
-                tuple(
-                    torch.cat([t[row : row + count, :, :c], t[row : row + count, :, cached : cached + n]], dim=2)
-                    for t in kv
-                )
-                for kv in presents
-            ]
+        call.result = logits[row : row + count, : call.ids.shape[1]]
         row += count
+
+
+def run_packed(model: NativeDenoiser, calls: list[Call]) -> None:
+    """One forward of packed calls (NativeDenoiser.packed's) at any cache length and packed length:
+    sequences stacked and right-padded to the longest N, caches right-padded to the longest, each
+    call at its own positions (RoPE) under its own packed_mask (packed_masks). Each call gets its
+    final hidden states (N_b, hidden) and its cache as packed() leaves it (its N_b new positions
+    appended)."""
+    assert model.facts.block is not None, "packing needs block-causal attention"
+    lengths = [len(call.ids) for call in calls]
+    width, cached = max(lengths), max(call.cache.length for call in calls)
+    ids = torch.stack([F.pad(call.ids, (0, width - len(call.ids)), value=model.facts.pad_id) for call in calls])
+    layouts = [call.layout for call in calls if call.layout is not None]
+    positions = torch.stack([F.pad(layout.positions, (0, width - len(layout.positions))) for layout in layouts])
+    mask = packed_masks(calls, width, cached, model.facts.block, model.device)  # (B, 1, N, C + N)
+    past = padded_past(model, [call.cache for call in calls], [1] * len(calls), cached)
+    hidden = run_rows(model, ids, positions, mask, past)  # (B, N, hidden)
+    keep_new(calls, [1] * len(calls), lengths, cached, past)
+    for b, call in enumerate(calls):
+        call.result = hidden[b, : lengths[b]]
+
+
+def run_heads(model: NativeDenoiser, calls: list[Call]) -> None:
+    """The output head once on the calls' hidden states concatenated; each gets its rows' logits,
+    bit for bit its own call's (head_logits pads to a multiple of 16 rows for that)."""
+    logits = model.logits(torch.cat([call.ids for call in calls]))  # (sum n, V)
+    for call, part in zip(calls, logits.split([len(call.ids) for call in calls]), strict=True):
+        call.result = part
+
+
+def run_alone(model: Any, call: Call) -> torch.Tensor:
+    """The call as the wrapped model runs it by itself."""
+    if call.kind == "packed":
+        assert call.layout is not None
+        return model.packed(call.ids, call.layout.positions, call.layout.segments, call.cache, call.layout.origin)
+    if call.kind == "head":
+        return model.logits(call.ids)
+    return model(call.ids, call.cache)
 
 
 class BatchingDenoiser:
@@ -147,14 +263,17 @@ class BatchingDenoiser:
         self.facts: ModelFacts = model.facts
         self.tokenizer = model.tokenizer
         self._native = isinstance(model, NativeDenoiser)
+        self._packs = callable(getattr(model, "packed", None)) and callable(getattr(model, "logits", None))
         self._lock = threading.Condition()
         self._pending: list[Call] = []
         self._active = 0  # registered workers
         self._local = threading.local()
-        self.forwards = 0  # batched or single forwards run (for the benchmark)
+        self.forwards = 0  # batched or single forwards run, packed or not (for the benchmark)
         self.calls = 0  # forward calls the workers made
+        self.heads = 0  # output heads run (on the hidden states of one call or of several)
+        self.head_calls = 0  # output head calls the workers made
 
-    # -- the Denoiser protocol -----------------------------------------------------------------
+    # -- the Denoiser protocol, and the PackedDenoiser one where the wrapped model packs ------
     @property
     def device(self) -> torch.device:
         return self.model.device
@@ -163,37 +282,44 @@ class BatchingDenoiser:
         return self.model.new_cache()
 
     def __getattr__(self, name: str) -> Any:
-        # the optional methods (extend, refresh, window, new_window_cache) of the wrapped model;
-        # not packed(), which would run each worker's rows past the batch
-        if name in ("packed", "logits"):
-            raise AttributeError(name)
+        # the optional methods (extend, refresh, window, new_window_cache) of the wrapped model
         return getattr(self.model, name)
 
     def __call__(self, ids: torch.Tensor, cache: Any = None, **kwargs: Any) -> torch.Tensor:
-        cancelled = getattr(self._local, "cancelled", None)
-        if cancelled is not None and cancelled.is_set():
-            raise RequestCancelled
-        if not self.batch or kwargs or cancelled is None:
-            with self._lock:
-                self.calls += 1
-                self.forwards += 1
+        if kwargs:  # (a uniform-noise model's previous=) not batched
+            self._cancelled()
+            self._tally("rows", calls=1, runs=1)
             return self.model(ids, cache, **kwargs)
-        call = Call(ids, cache)
-        taken = self._arrive(call)
-        if taken:
-            self._run(taken)
-        with self._lock:
-            while not call.done:
-                self._lock.wait()
-        if call.error is not None:
-            raise call.error
-        assert call.result is not None
-        return call.result
+        return self._submit(Call(ids, cache))
+
+    @property
+    def packed(self) -> Callable[..., torch.Tensor] | None:
+        """PackedDenoiser.packed, the workers' calls batched, where the wrapped model packs; None
+        where it does not (choose_forward then feeds rows side by side)."""
+        return self._packed if self._packs else None
+
+    @property
+    def logits(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """PackedDenoiser.logits, the workers' calls batched, where the wrapped model packs; else None."""
+        return self._logits if self._packs else None
+
+    def _packed(
+        self, ids: torch.Tensor, positions: torch.Tensor, segments: torch.Tensor, cache: Any, origin: int = 0
+    ) -> torch.Tensor:
+        """ids, positions, segments (N,) after the cache -> final hidden states (N, hidden); the cache
+        gets the N new keys/values (the caller crops)."""
+        return self._submit(Call(ids, cache, "packed", Layout(positions, segments, origin)))
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (n, hidden) -> logits (n, V) in float32."""
+        if not len(hidden):  # no rows (how the sampler learns the vocabulary's size): nothing to wait for
+            return cast(PackedDenoiser, self.model).logits(hidden)
+        return self._submit(Call(hidden, None, "head"))
 
     # -- workers -------------------------------------------------------------------------------
     @contextlib.contextmanager
     def worker(self, cancelled: threading.Event) -> Iterator[None]:
-        """Run a request's sampling in this thread as one of the workers forward calls wait for."""
+        """Run a request's sampling in this thread as one of the workers calls wait for."""
         self._local.cancelled = cancelled
         with self._lock:
             self._active += 1
@@ -205,17 +331,55 @@ class BatchingDenoiser:
                 self._active -= 1
                 self._lock.notify_all()  # the ones left may be all there now
 
-    def _arrive(self, call: Call) -> list[Call]:
-        """Queue the call; return the calls this thread must run (empty: another thread runs it)."""
+    def _cancelled(self) -> threading.Event | None:
+        """This thread's worker's cancel event (None outside a worker); RequestCancelled once it is set."""
+        cancelled: threading.Event | None = getattr(self._local, "cancelled", None)
+        if cancelled is not None and cancelled.is_set():
+            raise RequestCancelled
+        return cancelled
+
+    def _tally(self, kind: Kind, calls: int, runs: int) -> None:
         with self._lock:
-            self.calls += 1
+            if kind == "head":
+                self.head_calls, self.heads = self.head_calls + calls, self.heads + runs
+            else:
+                self.calls, self.forwards = self.calls + calls, self.forwards + runs
+
+    def _submit(self, call: Call) -> torch.Tensor:
+        """The call's result, run with the other workers' calls that fit (alone outside a worker)."""
+        if self._cancelled() is None or not self.batch:
+            self._tally(call.kind, calls=1, runs=1)
+            return run_alone(self.model, call)
+        self._tally(call.kind, calls=1, runs=0)
+        with self._lock:
             self._pending.append(call)
+        while taken := self._arrive(call):  # this thread runs a round, perhaps without its own call
+            self._run(taken)
+        with self._lock:
+            while not call.done:
+                self._lock.wait()
+        if call.error is not None:
+            raise call.error
+        assert call.result is not None
+        return call.result
+
+    def _arrive(self, call: Call) -> list[Call]:
+        """Wait for a round; return the calls this thread must run (empty: another thread took the
+        call). Head calls go first: a round with some runs them alone, and the forward calls wait
+        for the next round, which the head callers' next forward calls then join, so that the
+        workers keep in step. (A round of both kinds runs two half-size forwards, and the workers
+        it splits stay split: 6 workers, one a call behind, ran every round as 5 of one kind and 1
+        of the other.) Each worker makes at most two head calls a pass, so forward calls wait at
+        most two rounds."""
+        with self._lock:
             while True:
-                if call.done or call not in self._pending:
+                if call not in self._pending:
                     return []
                 waited = time.perf_counter() - self._pending[0].arrived
                 if len(self._pending) >= self._active or waited >= self.wait:
-                    taken, self._pending = self._pending, []
+                    heads = [c for c in self._pending if c.kind == "head"]
+                    taken = heads or self._pending
+                    self._pending = [c for c in self._pending if c.kind != "head"] if heads else []
                     return taken
                 self._lock.wait(self.wait - waited)
 
@@ -243,17 +407,16 @@ class BatchingDenoiser:
             self._lock.notify_all()
 
     def _forward(self, key: tuple[Any, ...], group: list[Call]) -> None:
-        with self._lock:
-            self.forwards += 1
+        self._tally(group[0].kind, calls=0, runs=1)
         if len(group) == 1:
-            call = group[0]
-            call.result = self.model(call.ids, call.cache)
-        elif key[0] == "native":
+            group[0].result = run_alone(self.model, group[0])
+            return
+        if key[0] in ("native", "packed", "head"):
             assert isinstance(self.model, NativeDenoiser)
-            run_native(self.model, group)
-        else:  # no cache, same shape: stack the canvases
-            logits = self.model(torch.cat([call.ids for call in group]), None)
-            row = 0
-            for call in group:
-                call.result = logits[row : row + len(call.ids)]
-                row += len(call.ids)
+            {"native": run_native, "packed": run_packed, "head": run_heads}[key[0]](self.model, group)
+            return
+        logits = self.model(torch.cat([call.ids for call in group]), None)  # no cache, same shape: canvases stacked
+        row = 0
+        for call in group:
+            call.result = logits[row : row + len(call.ids)]
+            row += len(call.ids)
