@@ -3,7 +3,7 @@
     python benchmarks/serve.py    # 16 requests, max_tokens 64, modes default, threads, batched; both streams
 
 Starts `dcode serve` in a subprocess on a free loopback port once per mode (default: no flags, on a
-CPU --batching --busy-draft 0; threads: each request its own forwards, --no-batching; batched:
+CPU --batching --busy-draft 3; threads: each request its own forwards, --no-batching; batched:
 --batching --busy-draft 15, the draft unchanged under load; busyN: --batching --busy-draft N),
 every server with the same torch intra-op threads (--threads, default 1), sends the same requests
 (the first N prompts of benchmarks/prompts.jsonl as streamed chat requests) one at a time, then

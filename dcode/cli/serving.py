@@ -24,6 +24,7 @@ from dcode.cli.options import with_options
 from dcode.options import DEFAULT_LENGTH, MODEL, REPAIR_ROUNDS, REPAIR_TRIES_OPTION, SAMPLER, Option
 
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
+CPU_BUSY_DRAFT = 3  # the verify rule's --draft under load on a CPU (measured: see serve())
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -109,7 +110,7 @@ SERVE: tuple[Option, ...] = (
         int,
         None,
         "Verify rule: --draft of a request that runs while others do (same answers, fewer rows a pass; "
-        "default: 0 on a CPU, --draft on a GPU).",
+        f"default: {CPU_BUSY_DRAFT} on a CPU, --draft on a GPU).",
         min=0,
         optional=True,
     ),
@@ -163,7 +164,7 @@ def serve(ctx: typer.Context, **chosen: Any) -> None:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
     denoiser = load_model(chosen["model"], chosen["device"], chosen["dtype"])
     config = with_family_defaults(config, denoiser, ctx)
-    busy_draft, batching = chosen["busy_draft"], chosen["batching"]
+    busy_draft, batching, on_cpu = chosen["busy_draft"], chosen["batching"], denoiser.device.type == "cpu"
     engine = Engine(
         denoiser,
         config,
@@ -172,11 +173,13 @@ def serve(ctx: typer.Context, **chosen: Any) -> None:
         repair_tries=chosen["repair_tries"],
         max_batch=chosen["max_batch"],
         max_queue=chosen["max_queue"],
-        # On a CPU the forward passes are compute-bound: batched requests that feed one row a pass
-        # served the most requests per second there (docs/benchmarks/serve/serve.md); on a GPU a
-        # drafted row is nearly free, so the draft stays (not measured on a GPU).
+        # On a CPU the forward passes are compute-bound: with packed passes (the prefix fed once,
+        # the output head only where read) 3 drafts under load served the most answer tokens per
+        # second at 16 clients, 2-4 alike (~190 tok/s against ~155 with 0 and ~175 with 15 on a
+        # 2-core AMD EPYC, benchmarks/serve.py --modes busy0,busy3,busy6 --levels 16); on a GPU
+        # a drafted row is nearly free, so the draft stays (not measured on a GPU).
         batch=batching if batching is not None else True,
-        busy_draft=busy_draft if busy_draft is not None else (0 if denoiser.device.type == "cpu" else None),
+        busy_draft=busy_draft if busy_draft is not None else (CPU_BUSY_DRAFT if on_cpu else None),
     )
     port = sock.getsockname()[1]
     typer.echo(f"dcode: serving {engine.served} on http://{host}:{port}/v1 (Ctrl-C stops)", err=True)
