@@ -51,7 +51,7 @@ from dcode.bench import PROMPTS, named, provenance, read_prompts, with_family
 from dcode.bench.metrics import Tally
 from dcode.bench.speed import PeakMemory
 from dcode.config import SamplerConfig
-from dcode.dtypes import NATIVE_BF16_FLAGS, cpu_flags
+from dcode.dtypes import NATIVE_BF16_FLAGS, cpu_flags, cpu_model
 from dcode.events import Finished, Step, drain
 from dcode.models import EMBEDDED, load, native
 
@@ -382,14 +382,7 @@ def llama_markdown(report: dict[str, Any]) -> str:
 
 def machine() -> dict[str, Any]:
     """CPU model, the flags that decide bfloat16 and int8 speed, torch and its threads, load average."""
-    model_name = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model_name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model_name = platform.processor()
+    model_name = cpu_model() or platform.processor()
     wanted = sorted(
         f for f in cpu_flags() if f in NATIVE_BF16_FLAGS or f.startswith(("avx512", "amx", "avx2", "avx_vnni"))
     )

@@ -33,6 +33,8 @@ from typing import Any
 
 import httpx2
 
+from dcode.dtypes import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "benchmarks" / "serve"
 WEIGHTS = ROOT / "dcode" / "assets" / "dcode-tiny" / "model.safetensors"
@@ -215,7 +217,7 @@ def main() -> None:
     report = {
         "command": "python benchmarks/serve.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "machine": f"{cpu_model() or platform.machine()}, {os.cpu_count()} cores",
         "weights_sha256": hashlib.sha256(WEIGHTS.read_bytes()).hexdigest(),
         "requests": len(prompts),
         "max_tokens": args.max_tokens,

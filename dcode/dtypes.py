@@ -59,6 +59,15 @@ def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
         return frozenset()
 
 
+def cpu_model(path: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as it reports it ("AMD EPYC"), for benchmark results; "" where unknown."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
 def cpu_dtype() -> str:
     """What `--dtype auto` runs in on this machine's CPU."""
     return resolve_dtype("auto", "cpu", cpu_flags())
