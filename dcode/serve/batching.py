@@ -77,8 +77,8 @@ def group_key(call: Call, native: bool) -> tuple[Any, ...]:
         return ("head",)
     if native and call.kind == "packed":
         # one packed length N, not close ones merged: on a CPU a padded position costs what a real one
-        # costs, N comes in steps of 16 (a row's part is an attention block; under load, --busy-draft 0,
-        # nearly every call is 16 or 32), and only calls of one N can be bit for bit what they are alone
+        # costs, N comes in steps of 16 (a row's part is an attention block; under load, with few
+        # drafts, most calls are 16 to 64), and only calls of one N can be bit for bit what they are alone
         return ("packed", len(call.ids))
     if native and call.kind == "rows" and (call.cache is None or isinstance(call.cache, NativeCache)):
         # any cache length (per-row positions and masks), one input length: a row padded to a longer
