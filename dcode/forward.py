@@ -39,11 +39,12 @@ class Pass:
 
 class Readout(Protocol):
     """A pass's logits, made where they are read: rows (n,) and block offsets (n,) -> the logits
-    (n, V) in float32 that row rows[i] holds for position s + offsets[i]."""
+    (n, V) in float32 that row rows[i] holds for position s + offsets[i]. exact=False: for drafts,
+    which no answer depends on, the same logits to rounding (no padding of the output head's rows)."""
 
     vocab: int
 
-    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor: ...
+    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor, exact: bool = True) -> torch.Tensor: ...
 
 
 class Dense:
@@ -52,7 +53,7 @@ class Dense:
     def __init__(self, logits: torch.Tensor) -> None:
         self.logits, self.vocab = logits, logits.shape[-1]
 
-    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor, exact: bool = True) -> torch.Tensor:
         return self.logits[rows, offsets].float()  # a model run in bfloat16 may hand back bfloat16
 
 
@@ -121,11 +122,11 @@ class Packed:
         self.cached, self.shared_end, self.s = span
         self.vocab = model.logits(hidden[:0]).shape[-1]
 
-    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    def __call__(self, rows: torch.Tensor, offsets: torch.Tensor, exact: bool = True) -> torch.Tensor:
         at = self.s + offsets - self.shift  # the position whose hidden state predicts s + offset
         index = torch.where(at >= self.shared_end, self.starts[rows] + at - self.shared_end, at - self.cached)
         index = torch.where(at < self.cached, len(self.hidden) - 1, index)  # fed before: the carried one
-        return self.model.logits(self.hidden[index])  # (n, V)
+        return self.model.logits(self.hidden[index], exact)  # (n, V)
 
 
 class PackedRows:

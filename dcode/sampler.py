@@ -15,7 +15,7 @@ the result" is dcode.events.drain(denoise(...)).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -181,6 +181,8 @@ def commit_rule_pass(
 # ---------------------------------------------------------------------------------------------
 # The verify rule: draft, then check the drafts in one batched pass
 
+DRAFT_CHUNK = 4  # drafts made at a time: most runs fall below the floor within the first few
+
 
 @dataclass(frozen=True)
 class Drafts:
@@ -221,25 +223,48 @@ def written(is_open: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 def draft_tokens(
-    choices: torch.Tensor,
+    read: Callable[[torch.Tensor], torch.Tensor],
     offsets: torch.Tensor,
     width: int,
     temperature: float,
     noise: torch.Tensor | None,
     choosing: Choosing,
 ) -> torch.Tensor:
-    """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen from a row's
-    candidates (n, V) with the block's noise (width, V); the mask id elsewhere, and from the first
-    draft on whose run's joint probability falls below the floor (a run stands only if each does)."""
+    """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen with the block's
+    noise (width, V) from a row's candidates, which read(offsets) gives (k, V), DRAFT_CHUNK at a
+    time; the mask id elsewhere: from the first draft on whose run's joint probability falls below
+    the floor (a run stands only if each does), and past the draft limit (no pass checks more)."""
     drafts = torch.full((width,), choosing.mask_id, dtype=choosing.dtype, device=choosing.device)
-    if len(offsets):
-        config = choosing.config
+    config = choosing.config
+    wanted = offsets[: config.draft]
+    joint = 1.0
+    for lo in range(0, len(wanted), DRAFT_CHUNK):
+        part = wanted[lo : lo + DRAFT_CHUNK]
         chosen, probs = choose_tokens(
-            choices, temperature, config.top_p, choosing.gen, None if noise is None else noise[offsets]
+            read(part), temperature, config.top_p, choosing.gen, None if noise is None else noise[part]
         )
-        unsure = chosen_probability(probs, chosen).cumprod(0) < config.draft_floor
-        drafts[offsets] = chosen.masked_fill(unsure, choosing.mask_id)
+        run = joint * chosen_probability(probs, chosen).cumprod(0)  # (k,)
+        unsure = run < config.draft_floor
+        drafts[part] = chosen.masked_fill(unsure, choosing.mask_id)
+        if bool(unsure.any()):
+            break
+        joint = float(run[-1])
     return drafts
+
+
+def row_candidates(
+    readout: Readout, row: int, now: Pass, seen: torch.Tensor, base: int, choosing: Choosing
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Row `row`'s candidate logits (k, V) at block offsets base + offsets (k,), for drafting: made
+    without the output head's padding, since the verify rule's answer never depends on its drafts
+    (only how many rows a pass feeds does)."""
+
+    def read(offsets: torch.Tensor) -> torch.Tensor:
+        at = base + offsets
+        logits = readout(torch.full_like(at, row), at, exact=False)
+        return candidate_logits(logits, now.rows[row], seen, now.block, choosing)
+
+    return read
 
 
 def verify_pass(
@@ -273,17 +298,14 @@ def verify_pass(
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
     later = offsets[confirmed + 1 :]
+    read = row_candidates(readout, confirmed, now, seen_by, 0, choosing)
+    following = Drafts(draft_tokens(read, later, e - s, temperature, noise, choosing), noise)
     next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
-    finishes = len(take) == len(offsets) and not bool(torch.isin(chosen[confirmed], ends)) and len(next_open) > 0
-    read = torch.cat([later, e - s + next_open]) if finishes else later  # row `confirmed` is read there
-    logits = readout(torch.full_like(read, confirmed), read)  # (len(read), V)
-    choices = candidate_logits(logits[: len(later)], rows[confirmed], seen_by, now.block, choosing)
-    following = Drafts(draft_tokens(choices, later, e - s, temperature, noise, choosing), noise)
-    if not finishes:
+    if len(take) < len(offsets) or bool(torch.isin(chosen[confirmed], ends)) or not len(next_open):
         return commit, following, None
     fresh = gumbel_noise((now.reach - e, readout.vocab), gen, rows.device) if temperature > 0 else None
-    choices = candidate_logits(logits[len(later) :], rows[confirmed], seen_by, now.block, choosing)
-    next_block = Drafts(draft_tokens(choices, next_open, now.reach - e, temperature, fresh, choosing), fresh)
+    read = row_candidates(readout, confirmed, now, seen_by, e - s, choosing)
+    next_block = Drafts(draft_tokens(read, next_open, now.reach - e, temperature, fresh, choosing), fresh)
     return commit, following, next_block
 
 

@@ -96,7 +96,7 @@ class PackedDenoiser(Denoiser, Protocol):
         self, ids: torch.Tensor, positions: torch.Tensor, segments: torch.Tensor, cache: Any, origin: int = 0
     ) -> torch.Tensor: ...  # ids, positions, segments (N,) -> final hidden states (N, hidden)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...  # (n, hidden) -> (n, V) in float32
+    def logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor: ...  # (n, hidden) -> (n, V) float32
 
 
 class WindowDenoiser(Denoiser, Protocol):

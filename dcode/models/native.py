@@ -369,15 +369,16 @@ def packed_mask(
     return ((key_blocks[None, :] <= query_blocks[:, None]) & shared_or_own)[None, None]
 
 
-def head_logits(head: nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(head: nn.Linear, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:
     """The output head on some final hidden states (n, hidden) -> logits (n, V) in float32. The
     rows go in padded to a multiple of 16 (copies of the last): a matrix product of few rows
     takes another kernel and rounds otherwise, and a row's logits must not depend on how many
-    rows were read with it (the verify rule's answer is one-token-per-pass's exactly)."""
+    rows were read with it (the verify rule's answer is one-token-per-pass's exactly).
+    exact=False: unpadded, for what no answer depends on (the verify rule's drafts)."""
     n = len(hidden)
     if n == 0:
         return hidden.new_zeros((0, head.out_features), dtype=torch.float32)
-    padding = -n % 16
+    padding = -n % 16 if exact else 0
     rows = torch.cat([hidden, hidden[-1:].expand(padding, -1)]) if padding else hidden
     return head(rows)[:n].float()
 
@@ -411,9 +412,9 @@ class NativeDenoiser:
         return self.model.hidden(ids[None], positions, mask, cache)[0]
 
     @torch.inference_mode()
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The output head on final hidden states (n, hidden) -> logits (n, V) in float32."""
-        return head_logits(self.model.lm_head, hidden)
+    def logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:
+        """The output head on final hidden states (n, hidden) -> logits (n, V) in float32 (head_logits)."""
+        return head_logits(self.model.lm_head, hidden, exact)
 
     def new_cache(self) -> NativeCache | None:
         """A cache when reusing keys/values is exact (block-causal attention), else None."""

@@ -299,7 +299,7 @@ class BatchingDenoiser:
         return self._packed if self._packs else None
 
     @property
-    def logits(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    def logits(self) -> Callable[..., torch.Tensor] | None:
         """PackedDenoiser.logits, the workers' calls batched, where the wrapped model packs; else None."""
         return self._logits if self._packs else None
 
@@ -310,8 +310,9 @@ class BatchingDenoiser:
         gets the N new keys/values (the caller crops)."""
         return self._submit(Call(ids, cache, "packed", Layout(positions, segments, origin)))
 
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (n, hidden) -> logits (n, V) in float32."""
+    def _logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:
+        """Final hidden states (n, hidden) -> logits (n, V) in float32; always exact here (the batch's
+        rows are padded together, so a caller's few rows cost no padding of their own)."""
         if not len(hidden):  # no rows (how the sampler learns the vocabulary's size): nothing to wait for
             return cast(PackedDenoiser, self.model).logits(hidden)
         return self._submit(Call(hidden, None, "head"))
