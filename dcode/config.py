@@ -106,7 +106,7 @@ class SamplerConfig:
     # sequence, the finished blocks once and each row's block beside them, and logits are made
     # only where the sampler reads them (dcode.forward.PackedRows). The same logits as feeding the
     # rows as a batch (False), bit for bit in float32, for fewer tokens: measured on dcode-tiny
-    # (benchmarks/cpu.py), the verify rule's pass feeds 78 tokens instead of 108.
+    # (benchmarks/cpu.py), the verify rule's pass feeds 65 tokens instead of 85.
     pack: bool = True
     # With the cache on, how a full-attention model (Dream, LLaDA) reuses keys/values inside a block
     # (Fast-dLLM, approximate): the block's first pass runs the whole canvas; later passes feed the

@@ -136,7 +136,7 @@ class PackedRows:
     them, and only the last row runs on into the next block, the one row the verify rule reads
     there; the output head runs only on the positions the sampler reads. ExactCache's logits for a
     fraction of the work: on dcode-tiny a verify pass of R rows feeds about 16 (R + 1) tokens
-    instead of up to 32 R, and reads R + 15 positions instead of all of them."""
+    instead of up to 32 R, and reads R positions and the few it drafts from instead of all of them."""
 
     renoises = False
 

@@ -42,7 +42,7 @@ SAVE_EVERY = 600  # seconds between checkpoints even when no validation is due (
 # rule writes what one token per pass left to right writes, which for the distilled weights is more
 # real code than the entropy bound 0.6 at more tokens per pass (validation and dev requests);
 # `--strategy entropy-bound` uses 0.6 and `--strategy threshold` 0.7. The verify rule checks drafts
-# while their run's joint probability is at least 0.3: on a CPU a row costs about a fifth of a
+# while their run's joint probability is at least 0.3: on a CPU a row costs about a quarter of a
 # pass's fixed cost, so a draft less likely than that costs more than it brings (0.3-0.4 gave
 # 1.62-1.67x one token per pass against 1.47x at the general 0.05, the same answers; 30 public
 # prompts, bfloat16, 2 threads).
