@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import new_edit_repair
-from test_families import SDAR_NAMES, SIZE, models_verbose, reference_logits, some_ids
+from test_families import SDAR_NAMES, SIZE, model_card, reference_logits, some_ids
 
 from dcode import models
 from dcode.testing import checkpoints as tiny
@@ -76,8 +76,7 @@ def test_new_edit_repair_run(coda_folder: Path, tmp_path: Path) -> None:
 
 
 def test_models_verbose_states_the_facts(coda_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = models_verbose(tmp_path, monkeypatch, {"Salesforce/CoDA-v0-Instruct": coda_folder})
-    row = lines.index(next(line for line in lines if line.startswith("Salesforce/CoDA-v0-Instruct")))
-    assert lines[row].split()[1] == "coda"
-    assert "mask: <|mask|>" in lines[row + 2]
-    assert "logits shifted: yes   block: none (full attention)" in lines[row + 3]
+    card = model_card(tmp_path, monkeypatch, "Salesforce/CoDA-v0-Instruct", coda_folder)
+    assert card[0].split()[1] == "coda"
+    assert "mask: <|mask|>" in card[2]
+    assert "logits shifted: yes   block: none (full attention)" in card[3]

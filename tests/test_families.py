@@ -574,6 +574,12 @@ def models_verbose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repos: dict[
     return result.stdout.splitlines()
 
 
+def model_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, repo_id: str, folder: Path) -> list[str]:
+    """`dcode models --verbose` with the checkpoint cached as `repo_id`: the lines from its row on."""
+    lines = models_verbose(tmp_path, monkeypatch, {repo_id: folder})
+    return lines[lines.index(next(line for line in lines if line.startswith(repo_id))) :]
+
+
 @pytest.fixture(scope="module")
 def fake_cache(tmp_path_factory: pytest.TempPathFactory, dream_sharded_folder: Path, llada_folder: Path) -> Path:
     cache = tmp_path_factory.mktemp("hub")

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import new_edit_repair
 from safetensors.torch import load_file
-from test_families import SIZE, models_verbose, some_ids
+from test_families import SIZE, model_card, some_ids
 
 from dcode import models
 from dcode.models import facts
@@ -154,7 +154,6 @@ def test_new_edit_repair_run(folder: Path, tmp_path: Path) -> None:
 
 
 def test_models_verbose_states_the_facts(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = models_verbose(tmp_path, monkeypatch, {"inclusionAI/LLaDA2.0-mini": folder})
-    row = lines.index(next(line for line in lines if line.startswith("inclusionAI/LLaDA2.0-mini")))
-    assert lines[row].split()[1] == "llada2"
-    assert "mask: <|mask|>" in lines[row + 2] and "logits shifted: no   block: 32" in lines[row + 3]
+    card = model_card(tmp_path, monkeypatch, "inclusionAI/LLaDA2.0-mini", folder)
+    assert card[0].split()[1] == "llada2"
+    assert "mask: <|mask|>" in card[2] and "logits shifted: no   block: 32" in card[3]

@@ -19,11 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import new_edit_repair
-from test_families import DREAM_NAMES, SIZE, cache_repo, one_line_error, reference_logits, some_ids
-from typer.testing import CliRunner
+from test_families import DREAM_NAMES, SIZE, model_card, one_line_error, reference_logits, some_ids
 
 from dcode import models
-from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.models import facts
 from dcode.sampler import denoise
@@ -160,16 +158,8 @@ def test_new_edit_repair_run(folder: Path, tmp_path: Path) -> None:
 
 
 def test_models_verbose_states_the_facts(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    cache_repo(cache, REPO, folder)
-    result = CliRunner().invoke(app, ["models", "--verbose"], prog_name="dcode")
-    assert result.exit_code == 0, (result.stderr, result.exception)
-    lines = result.stdout.splitlines()
-    row = lines.index(next(line for line in lines if line.startswith(REPO)))
-    assert lines[row].split()[1] == "stable_diffcoder"
-    described = "\n".join(lines[row + 1 : row + 5])
+    card = model_card(tmp_path, monkeypatch, REPO, folder)
+    assert card[0].split()[1] == "stable_diffcoder"
+    described = "\n".join(card[1:5])
     assert "mask: <[MASK_TOKEN]> (5)" in described, described
     assert "logits shifted: no   block: 4   max length: 1024" in described, described

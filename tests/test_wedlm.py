@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import new_edit_repair
-from test_families import SDAR_NAMES, SIZE, models_verbose, reference_logits, some_ids
+from test_families import SDAR_NAMES, SIZE, model_card, reference_logits, some_ids
 
 from dcode import models
 from dcode.config import SamplerConfig
@@ -119,8 +119,7 @@ def test_new_edit_repair_run(folder: Path, tmp_path: Path) -> None:
 
 
 def test_models_verbose_states_the_facts(folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = models_verbose(tmp_path, monkeypatch, {"tencent/WeDLM-8B-Instruct": folder})
-    row = lines.index(next(line for line in lines if line.startswith("tencent/WeDLM-8B-Instruct")))
-    assert lines[row].split()[1] == "wedlm"
-    assert "mask: <tool_response>" in lines[row + 2]
-    assert "logits shifted: no   block: none (causal, filled tokens first)" in lines[row + 3]
+    card = model_card(tmp_path, monkeypatch, "tencent/WeDLM-8B-Instruct", folder)
+    assert card[0].split()[1] == "wedlm"
+    assert "mask: <tool_response>" in card[2]
+    assert "logits shifted: no   block: none (causal, filled tokens first)" in card[3]
