@@ -159,8 +159,7 @@ class PackedRows:
         starts = torch.tensor([0, *(end - b for end in ends[:-1])], device=device).cumsum(0) + (b - cached)  # (R,)
         shift = int(self.model.facts.shifted)
         if shift and cached <= s - 1:  # position s-1 was fed now (and is cached from now on): keep row 0's
-            at = s - 1 - cached if s - 1 < b else int(starts[0]) + s - 1 - b
-            self.carry = hidden[at : at + 1]
+            self.carry = hidden[s - 1 - cached : s - cached]  # row 0's part follows the shared one seamlessly
         carried = self.carry if shift and self.carry is not None else hidden[:0]
         readout = Packed(self.model, torch.cat([hidden, carried]), starts, (cached, b, s), shift)
         return readout, len(positions)

@@ -250,10 +250,12 @@ class Qwen2(nn.Module):
     def hidden(
         self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: NativeCache | None
     ) -> torch.Tensor:
-        """ids (B, L) at `positions` (L,), mask (1, 1, L, K) -> the final norm's output (B, L, hidden),
-        what the output head reads."""
+        """ids (B, L) at `positions` (L,), or each row at its own (B, L) (the server's batches), under
+        mask (1 or B, 1, L, K) -> the final norm's output (B, L, hidden), what the output head reads."""
         x = self.model.embed_tokens(ids)  # (B, L, hidden)
-        cos, sin = rotary(positions, self.shape.head_dim, self.shape.theta, x.dtype)
+        cos, sin = rotary(positions.reshape(-1), self.shape.head_dim, self.shape.theta, x.dtype)  # (B*L, D)
+        if positions.dim() == 2:
+            cos, sin = (t.view(*positions.shape, -1)[:, None] for t in (cos, sin))  # (B, 1, L, D)
         return self.model.norm(run_layers(self.model.layers, x, cos, sin, mask, cache))
 
 

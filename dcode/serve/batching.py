@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from dcode.models.base import Denoiser, ModelFacts, PackedDenoiser
-from dcode.models.native import NativeCache, NativeDenoiser, packed_mask, rotary, run_layers
+from dcode.models.native import NativeCache, NativeDenoiser, packed_mask
 
 
 class RequestCancelled(Exception):
@@ -158,20 +158,6 @@ def padded_past(model: NativeDenoiser, caches: list[Any], rows: list[int], cache
     return past
 
 
-def run_rows(
-    model: NativeDenoiser, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, past: NativeCache
-) -> torch.Tensor:
-    """Rows ids (B, n), each at its own positions (B, n) (RoPE) under its own mask (B, 1, n, K), after
-    `past` (padded_past) -> the final norm's output (B, n, hidden); every layer's keys/values
-    (B, Hkv, K, D) are left in `past`."""
-    qwen = model.model
-    with torch.inference_mode():
-        x = qwen.model.embed_tokens(ids)  # (B, n, hidden)
-        cos, sin = rotary(positions.reshape(-1), qwen.shape.head_dim, qwen.shape.theta, x.dtype)
-        cos, sin = (t.view(*ids.shape[:2], -1)[:, None] for t in (cos, sin))  # (B, 1, n, D)
-        return qwen.model.norm(run_layers(qwen.model.layers, x, cos, sin, mask, past))
-
-
 def keep_new(calls: list[Call], rows: list[int], lengths: list[int], cached: int, presents: NativeCache) -> None:
     """Each call's cache becomes what the call alone leaves: its own c positions, then its n = lengths[i]
     new ones, from its rows of the batch's keys/values (cache right-padded to `cached`)."""
@@ -202,8 +188,8 @@ def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
     mask = rows_mask(starts, lengths, width, cached, facts.block).to(device)
     positions = (torch.tensor(starts)[:, None] + torch.arange(width)[None, :]).to(device)  # (B, n)
     past = padded_past(model, [call.cache for call in calls], rows, cached)
-    hidden = run_rows(model, ids, positions, mask, past)  # (B, n, hidden)
     with torch.inference_mode():
+        hidden = model.model.hidden(ids, positions, mask, past)  # (B, n, hidden)
         logits = model.model.lm_head(hidden).float()  # (B, n, V)
     keep_new(calls, rows, [call.ids.shape[1] for call in calls], cached, past)
     row = 0
@@ -226,7 +212,8 @@ def run_packed(model: NativeDenoiser, calls: list[Call]) -> None:
     positions = torch.stack([F.pad(layout.positions, (0, width - len(layout.positions))) for layout in layouts])
     mask = packed_masks(calls, width, cached, model.facts.block, model.device)  # (B, 1, N, C + N)
     past = padded_past(model, [call.cache for call in calls], [1] * len(calls), cached)
-    hidden = run_rows(model, ids, positions, mask, past)  # (B, N, hidden)
+    with torch.inference_mode():
+        hidden = model.model.hidden(ids, positions, mask, past)  # (B, N, hidden)
     keep_new(calls, [1] * len(calls), lengths, cached, past)
     for b, call in enumerate(calls):
         call.result = hidden[b, : lengths[b]]
@@ -370,8 +357,8 @@ class BatchingDenoiser:
         for the next round, which the head callers' next forward calls then join, so that the
         workers keep in step. (A round of both kinds runs two half-size forwards, and the workers
         it splits stay split: 6 workers, one a call behind, ran every round as 5 of one kind and 1
-        of the other.) Each worker makes at most two head calls a pass, so forward calls wait at
-        most two rounds."""
+        of the other.) A worker makes a few head calls a pass (its rows' first reads, then its drafts,
+        sampler.DRAFT_CHUNK at a time, up to the floor), so forward calls wait as many rounds."""
         with self._lock:
             while True:
                 if call not in self._pending:
