@@ -48,11 +48,11 @@ import torch
 
 from dcode import pipeline
 from dcode.bench import PROMPTS, named, provenance, read_prompts, with_family
+from dcode.bench.answers import answered
 from dcode.bench.metrics import Tally
 from dcode.bench.speed import PeakMemory
 from dcode.config import SamplerConfig
 from dcode.dtypes import NATIVE_BF16_FLAGS, cpu_flags, cpu_model
-from dcode.events import Finished, Step, drain
 from dcode.models import EMBEDDED, load, native
 
 OUT = Path("docs/benchmarks/cpu")
@@ -106,12 +106,9 @@ class Timed:
 
 def answer(model: Any, row: dict[str, str], config: SamplerConfig, timed: Timed) -> None:
     """The prompt answered as `dcode new --no-repair` would, added to `timed`."""
-    seen: list[Any] = []
-    began, cpu = time.perf_counter(), time.process_time()
-    done = drain(pipeline.new(model, row["prompt"], row["lang"], 256, config, 0), seen.append, result=Finished)
-    seconds = time.perf_counter() - began
+    cpu = time.process_time()
+    done, steps, seconds = answered(model, row["prompt"], row["lang"], 256, config)
     timed.cpu_seconds += time.process_time() - cpu
-    steps = [event for event in seen if isinstance(event, Step)]
     timed.tally.add(row["prompt"], done.code, done.forward, done.tokens, seconds, sum(step.rows for step in steps))
     timed.fed += sum(step.input_tokens for step in steps)
     timed.codes.append(done.code)

@@ -18,20 +18,25 @@ from dcode.events import Event, Finished, Step, drain
 from dcode.models.base import Denoiser
 
 
+def answered(
+    model: Denoiser, prompt: str, language: str, length: int, config: SamplerConfig
+) -> tuple[Finished, list[Step], float]:
+    """One request through `dcode new`'s pipeline on a `length`-token canvas, no repair: its result,
+    its passes, and the wall seconds of the whole request (template, sampling, decoding, the check)."""
+    seen: list[Event] = []
+    began = time.perf_counter()
+    events = pipeline.new(model, prompt, language, length, config, repair_rounds=0)
+    finished = drain(events, seen.append, result=Finished)
+    return finished, [event for event in seen if isinstance(event, Step)], time.perf_counter() - began
+
+
 def answer(model: Denoiser, prompts: list[str], length: int, config: SamplerConfig) -> dict[str, float]:
-    """Every python request answered with `config` on a `length`-token canvas, no repair: the
-    metrics' row (prompts, passes, rows a pass, tokens, tokens/pass, tok/s, real code, key words).
-    tok/s and wall seconds cover the whole request (template, sampling, decoding, the check)."""
+    """Every python request answered with `config` (answered()): the metrics' row (prompts, passes,
+    rows a pass, tokens, tokens/pass, tok/s, real code, key words)."""
     tally = Tally()
     for prompt in prompts:
-        seen: list[Event] = []
-        began = time.perf_counter()
-        finished = drain(
-            pipeline.new(model, prompt, "python", length, config, repair_rounds=0), seen.append, result=Finished
-        )
-        seconds = time.perf_counter() - began
-        rows = sum(event.rows for event in seen if isinstance(event, Step))
-        tally.add(prompt, finished.code, finished.forward, finished.tokens, seconds, rows)
+        finished, steps, seconds = answered(model, prompt, "python", length, config)
+        tally.add(prompt, finished.code, finished.forward, finished.tokens, seconds, sum(step.rows for step in steps))
     return tally.summary()
 
 
