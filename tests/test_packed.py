@@ -10,9 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dcode import pipeline
+from dcode.bench.answers import answered
 from dcode.config import SamplerConfig
-from dcode.events import Finished, Step, drain
 from dcode.forward import ExactCache, PackedRows, Pass, choose_forward
 from dcode.models import load, native
 from dcode.serve.batching import BatchingDenoiser, Call, Layout, run_heads, run_packed
@@ -80,9 +79,9 @@ def test_a_packed_pass_reads_the_batched_pass_logits_bit_for_bit(tiny, reach: in
 
 
 def answer(model: object, config: SamplerConfig, prompt: str) -> tuple[str, int]:
-    seen: list[object] = []
-    done = drain(pipeline.new(model, prompt, "python", 128, config, 0), seen.append, result=Finished)
-    return done.code, sum(event.input_tokens for event in seen if isinstance(event, Step))
+    """The code `dcode new --no-repair` writes, and the tokens its passes fed."""
+    done, steps, _ = answered(model, prompt, "python", 128, config)  # type: ignore[arg-type]
+    return done.code, sum(step.input_tokens for step in steps)
 
 
 @pytest.mark.parametrize(
