@@ -295,13 +295,12 @@ def fix(
     targets: Targets,
     settings: Settings,
     regenerate: Regenerate,
-    workspace: Workspace | None = None,
     run: Callable[[str, float, Path | None], Run] = run_command,
 ) -> Iterator[FixEvent]:
     """Run, regenerate, run again, up to settings.rounds; the files end at the best state reached,
     whatever ends the loop (an exception or Ctrl-C in the middle of a round too)."""
     began = time.perf_counter()
-    space = workspace or Workspace()
+    space = Workspace()
     first = best = current = run(settings.command, settings.timeout, None)
     yield Tested(0, first, "first", best)
     rounds, note, worse_before = 0, "", None

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
     from dcode.filler import Filler
     from dcode.fixloop import Fixed, FixEvent, Regenerate, Settings, Targets
 
-STILL_FAILS = 4  # the command still fails after the last round
-
 
 @app.command("fix")
 @with_options(*FIX)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,7 +34,7 @@ def log_path() -> Path:
     return Path(data) / "dcode" / "logs.db"
 
 
-def remember(entry: Entry, log: bool = True, now: Callable[[], datetime] | None = None) -> int | None:
+def remember(entry: Entry, log: bool = True) -> int | None:
     """Add `entry` to the history unless `log` is off (--no-log, DCODE_LOG=0); returns its id. A
     database problem is one warning line on stderr and None: never an exit."""
     from dcode import history
@@ -43,7 +42,7 @@ def remember(entry: Entry, log: bool = True, now: Callable[[], datetime] | None 
     if not log:
         return None
     try:
-        return history.record(log_path(), entry, now or history.utc_now)
+        return history.record(log_path(), entry)
     except history.HistoryError as error:
         typer.echo(f"dcode: warning: not recorded in the history: {error}", err=True)
         return None
