@@ -100,14 +100,13 @@ def scrub(settings: Mapping[str, object]) -> dict[str, object]:
 
 
 def clean_url(url: str | None) -> str | None:
-    """An endpoint URL without user, password, query or fragment (where keys hide).
-    Example: clean_url("https://me:sk@host/v1?key=1") -> "https://host/v1"."""
+    """An endpoint URL without user, password, query or fragment (where keys hide), as messages
+    show it (remote.client.Endpoint.shown). Example: clean_url("https://me:sk@[::1]:8/v1?key=1")
+    -> "https://[::1]:8/v1"."""
     if not url:
         return url
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def utc_now() -> datetime:

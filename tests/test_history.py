@@ -50,6 +50,10 @@ EDIT = Entry(
 )
 
 
+def test_an_endpoint_is_kept_without_user_password_or_query_ipv6_too() -> None:
+    assert history.clean_url("http://u:p@[::1]:8000/v1?k=1#f") == "http://[::1]:8000/v1"
+
+
 def test_a_record_round_trips_without_its_secrets(db: Path) -> None:
     first = history.record(db, EDIT, now=lambda: NOON)
     served = Entry("new", prompt="p", model="m", endpoint="https://me:sk-1@api.example.com/v1?api_key=sk-2")

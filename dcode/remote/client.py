@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx2
 
 from dcode.filler import FillError
+from dcode.history import clean_url
 from dcode.remote.sse import MalformedStream, chunks
 
 INCEPTION_HOST = "api.inceptionlabs.ai"  # Mercury 2: whole-text streams, /v1/fim/completions
@@ -71,10 +72,8 @@ class Endpoint:
 
     @property
     def shown(self) -> str:
-        """The URL as messages show it: no user name or password."""
-        parts = urlsplit(self.url)
-        netloc = parts.netloc.rpartition("@")[2]
-        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        """The URL as messages show it: no user name or password (nor query: history.clean_url)."""
+        return clean_url(self.url) or ""
 
     @property
     def inception(self) -> bool:

@@ -20,7 +20,7 @@ import torch
 from dcode import pipeline
 from dcode.config import SamplerConfig
 from dcode.events import Event, Finished, RepairRound, Started, Step
-from dcode.models.base import Denoiser
+from dcode.models.base import Denoiser, ModelFacts
 from dcode.render import Describer, Frame
 from dcode.sampler import denoise, trim_answer
 from dcode.serve import wire
@@ -36,6 +36,16 @@ class Plan:
     config: SamplerConfig
     rounds: int  # repair rounds (0: off)
     warning: str | None = None  # what was cut from the prompt to fit the context, for the client
+
+
+def answer_ids(facts: ModelFacts, ids: list[int], middle: bool) -> list[int]:
+    """The answer's token ids of a canvas's answer region `ids`: a middle's (a suffix follows it)
+    without end, pad or mask tokens; a whole answer's up to its first end token, without pad or
+    mask ones (sampler.trim_answer)."""
+    drop = frozenset({facts.pad_id, facts.mask_id})
+    if middle:
+        return [t for t in ids if t not in drop | facts.eos_ids]
+    return trim_answer(torch.tensor(ids, dtype=torch.long), facts.eos_ids, drop)
 
 
 def shutdown_error() -> BadRequest:
@@ -61,13 +71,7 @@ def fill_middle(
     for last in denoise(model, canvas, len(prefix), config, fill=fill):  # the middle ends at its end token
         yield last
     assert last is not None
-    middle = last.canvas[len(prefix) : len(prefix) + length]
-    drop = frozenset({facts.pad_id, facts.mask_id})
-    kept = (
-        [t for t in middle.tolist() if t not in drop | facts.eos_ids]
-        if suffix
-        else trim_answer(middle, facts.eos_ids, drop)
-    )
+    kept = answer_ids(facts, last.canvas[len(prefix) : len(prefix) + length].tolist(), middle=bool(suffix))
     yield Finished(
         code=pipeline.decode(model, kept),
         prompt_tokens=len(prefix) + len(suffix),
@@ -177,12 +181,7 @@ class Reply:
         facts, plan = self.model.facts, self.plan
         answer = step.canvas[len(plan.prefix) : len(plan.prefix) + plan.length].tolist()
         open_at = answer.index(facts.mask_id) if facts.mask_id in answer else len(answer)
-        drop = facts.eos_ids | {facts.pad_id}
-        if plan.suffix:
-            ids = [t for t in answer[:open_at] if t not in drop]
-        else:
-            ids = trim_answer(torch.tensor(answer[:open_at]), facts.eos_ids, frozenset({facts.pad_id}))
-        return ids
+        return answer_ids(facts, answer[:open_at], middle=bool(plan.suffix))
 
     def on_event(self, event: Event, elapsed: float) -> list[dict[str, Any]]:
         """The chunks a streamed event sends (none for a non-streamed request). The Describer sees
