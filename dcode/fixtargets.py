@@ -8,13 +8,18 @@ argv or the terminal. Paths printed by a command resolve against the folder it r
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dcode.failures import Failure, innermost
+
+if TYPE_CHECKING:
+    from dcode.edit import Symbol
 
 # ---------------------------------------------------------------------------------------------
 # Which files may change
@@ -124,6 +129,8 @@ def pick(failures: tuple[Failure, ...], targets: Targets, read: Callable[[Path],
     """The regions the failures point into: the innermost frame in a file the fix may change, or,
     when every frame is in a test file, the functions the failing assertion calls by name."""
     picked: list[Target] = []
+    sources = functools.cache(targets.sources)  # walked once, and only if a failure needs it
+    symbols = functools.cache(lambda path: _symbols(read, path))  # each file read and parsed once
     for failure in failures:
         frame = innermost(failure, lambda printed: targets.allows(printed) is not None)
         if frame is not None:
@@ -133,25 +140,31 @@ def pick(failures: tuple[Failure, ...], targets: Targets, read: Callable[[Path],
             region, symbol = enclosing(source, _language(path), frame.line, around)
             picked.append(Target(path, region, symbol, (failure,)))
         else:
-            picked.extend(_by_name(failure, targets, read))
+            picked.extend(_by_name(failure, sources() if _called_names(failure) else [], symbols))
     return merged(picked)
 
 
-def _by_name(failure: Failure, targets: Targets, read: Callable[[Path], str]) -> list[Target]:
+def _symbols(read: Callable[[Path], str], path: Path) -> list[Symbol]:
+    """The file's functions, methods and classes (dcode.edit.find_symbols); none where it cannot
+    tell (no grammar, not text)."""
     from dcode.edit import RegionError, find_symbols
 
+    language = _language(path)
+    try:
+        return find_symbols(read(path), language) if language else []
+    except (RegionError, ValueError):
+        return []
+
+
+def _by_name(failure: Failure, sources: Iterable[Path], symbols: Callable[[Path], list[Symbol]]) -> list[Target]:
+    """The functions among `sources` that the failing assertion calls by name."""
     names = _called_names(failure)
-    found = []
-    for path in targets.sources() if names else []:
-        language = _language(path)
-        try:
-            symbols = find_symbols(read(path), language) if language else []
-        except (RegionError, ValueError):
-            continue
-        for s in symbols:
-            if s.name.rsplit(".", 1)[-1] in names:
-                found.append(Target(path, (s.start_byte, s.end_byte), s.name, (failure,)))
-    return found
+    return [
+        Target(path, (s.start_byte, s.end_byte), s.name, (failure,))
+        for path in sources
+        for s in symbols(path)
+        if s.name.rsplit(".", 1)[-1] in names
+    ]
 
 
 def merged(picked: list[Target]) -> list[Target]:
