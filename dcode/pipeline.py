@@ -43,9 +43,14 @@ def template(name: str) -> str:
     return folder.joinpath(f"{name}.txt").read_text(encoding="utf-8")
 
 
+def request_text(model: Denoiser, request: str, language: str) -> str:
+    """The request in the model's prompt template (dcode/prompts)."""
+    return template(model.facts.prompt).format(request=request.strip(), language=language).strip()
+
+
 def prompt_ids(model: Denoiser, request: str, language: str) -> list[int]:
     """The request in the model's prompt template and chat template, as token ids."""
-    text = template(model.facts.prompt).format(request=request.strip(), language=language).strip()
+    text = request_text(model, request, language)
     tokenizer = model.tokenizer
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(

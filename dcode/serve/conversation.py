@@ -62,10 +62,15 @@ def refuse_too_long(chars: int, bound: int | None, context: int, param: str) -> 
         )
 
 
+def last_user(messages: Sequence[Message]) -> int:
+    """Where the last user message is (the request)."""
+    return max(i for i, (role, _) in enumerate(messages) if role == "user")
+
+
 def turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message]], list[Message]]:
     """(leading system messages, the earlier turns, the last turn: the last user message and what
     follows it). A turn is a user message and the messages after it up to the next user message."""
-    last = max(i for i, (role, _) in enumerate(messages) if role == "user")
+    last = last_user(messages)
     head = 0
     while messages[head][0] == "system" and head < last:
         head += 1
@@ -81,10 +86,9 @@ def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str
     """The conversation as the model reads it: the last user message in the prompt template, every
     message in the chat template; when the template has no place for the earlier ones (or there is
     no chat template), the texts of the earlier non-system messages as context before the request."""
-    last = max(i for i, (role, _) in enumerate(messages) if role == "user")
-    request = pipeline.template(model.facts.prompt).format(request=messages[last][1].strip(), language=language)
+    last = last_user(messages)
     chat = [{"role": role, "content": text} for role, text in messages]
-    chat[last]["content"] = request.strip()
+    chat[last]["content"] = pipeline.request_text(model, messages[last][1], language)
     tokenizer = model.tokenizer
     context = "\n\n".join(m["content"] for m in chat[:last] if m["content"].strip() and m["role"] != "system")
     request = f"{context}\n\n{chat[last]['content']}" if context else chat[last]["content"]
