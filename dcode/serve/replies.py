@@ -123,6 +123,7 @@ class Reply:
         self.first = True
         self.frame: Frame | None = None
         self.created = int(time.time())  # every chunk of the stream, and the answer, carry this one
+        self._settled: tuple[Step, list[int], str] | None = None  # the last step's, decoded once
 
     def chunk(
         self, text: str | None, finish: str | None = None, extension: dict[str, Any] | None = None
@@ -161,16 +162,19 @@ class Reply:
         plan = self.plan
         if not self.job.stop or plan.rounds:
             return None
-        ids = self.settled_ids(step)
-        text = self.text_of(ids)
+        ids, text = self.settled(step)
         if not cut_at_stop(text, self.job.stop)[1]:
             return None
         prompt = len(plan.prefix) + len(plan.suffix)
         return Finished(text, prompt, len(ids), plan.length, step.forward, elapsed)
 
-    def settled(self, step: Step) -> str:
-        """The answer's left-to-right prefix that holds no mask, as text."""
-        return self.text_of(self.settled_ids(step))
+    def settled(self, step: Step) -> tuple[list[int], str]:
+        """The answer's left-to-right prefix that holds no mask, as ids and as text: decoded once a
+        step (stopped() and on_event() both read it)."""
+        if self._settled is None or self._settled[0] is not step:
+            ids = self.settled_ids(step)
+            self._settled = (step, ids, self.text_of(ids))
+        return self._settled[1], self._settled[2]
 
     def text_of(self, ids: list[int]) -> str:
         text = pipeline.decode(self.model, ids)
@@ -200,7 +204,7 @@ class Reply:
             return []
         if not isinstance(event, Step) or self.plan.rounds:  # repair may change any of it: send at the end
             return []
-        text, _ = cut_at_stop(self.settled(event), self.job.stop)
+        text, _ = cut_at_stop(self.settled(event)[1], self.job.stop)
         now = held_back(text, self.job.stop, self.job.kind == "chat")
         if len(now) > len(self.sent) and now.startswith(self.sent):
             delta, self.sent = now[len(self.sent) :], now
