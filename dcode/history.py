@@ -85,7 +85,7 @@ class Entry:
     def as_json(self) -> dict[str, object]:
         """The record as `dcode log --json` prints it: id and time first."""
         out = asdict(self)
-        out["files"] = [{"path": t.path, "regions": [list(r) for r in t.regions]} for t in self.files]
+        out["files"] = files_json(self.files)
         out["settings"] = dict(self.settings)
         return {"id": out.pop("id"), "time": out.pop("time"), **out}
 
@@ -142,12 +142,17 @@ def record(path: Path, entry: Entry, now: Callable[[], datetime] = utc_now) -> i
         "time": now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "endpoint": clean_url(entry.endpoint),
         "settings": json.dumps(scrub(entry.settings), sort_keys=True, default=str),
-        "files": json.dumps([{"path": t.path, "regions": [list(r) for r in t.regions]} for t in entry.files]),
+        "files": json.dumps(files_json(entry.files)),
     }
     names = ", ".join(row)
     with connected(path) as db:
         cursor = db.execute(f"INSERT INTO records ({names}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
         return int(cursor.lastrowid or 0)
+
+
+def files_json(files: tuple[Touched, ...]) -> list[dict[str, object]]:
+    """The files a record touched, as JSON holds them: {"path", "regions": [[start, end], ...]}."""
+    return [{"path": t.path, "regions": [list(r) for r in t.regions]} for t in files]
 
 
 def _entry(row: sqlite3.Row) -> Entry:

@@ -241,11 +241,8 @@ def say(event: FixEvent, command: str) -> None:
         typer.echo(f"dcode: round {event.round}: {event.run.verdict}{note}", err=True)
     elif isinstance(event, Rewriting):
         target = event.target
-        what = (
-            f"{target.symbol} ({describe(target.path.read_text(), target.region)})"
-            if target.symbol
-            else describe(target.path.read_text(), target.region)
-        )
+        where = describe(target.path.read_text(), target.region)
+        what = f"{target.symbol} ({where})" if target.symbol else where
         typer.echo(f"dcode: round {event.round}: regenerating {shown(target.path)}: {what}", err=True)
     elif isinstance(event, Skipped):
         typer.echo(f"dcode: round {event.round}: skipped {shown(event.target.path)}: {event.reason}", err=True)
