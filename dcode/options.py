@@ -38,6 +38,7 @@ class Option:
     optional: bool = False  # None is a value (the default "not set")
     field: str | None = None  # the SamplerConfig field it sets (sampler options only)
     min: int | None = None  # smallest value accepted (checked by the command line)
+    max: float | None = None  # largest value accepted (checked by the command line)
     short: str | None = None  # a one-letter alias ("-q")
     shown: str | None = None  # the default as the README shows it, where str(default) would not do
     row: str | None = None  # the README row's option cell, where two options share a flag ("`--length` (edit)")
@@ -262,6 +263,7 @@ TEST_TIMEOUT = Option(
     "Seconds a run of --test may take before it is killed.",
     float,
     300.0,
+    max=7 * 24 * 3600.0,  # a week: inf or 1e300 would overflow the clocks that wait for it
 )
 TESTING: tuple[Option, ...] = (TEST, ROUNDS, TEST_TIMEOUT)
 FIX_DIFF = Option(

@@ -13,6 +13,7 @@ state restored first).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ def fix_command(
     """Run --test; while it fails, regenerate the function (or lines) each failure points into and
     run it again, up to --rounds. A round that makes things worse is undone; the files end at the
     best state reached (originals kept as FILE.orig). Exit 0 passes, 4 still fails."""
-    from dcode.fixloop import Settings, Targets
+    from dcode.fixloop import Targets
 
     test = checked_test(ctx, chosen, needed=True)
     assert test is not None
@@ -56,7 +57,17 @@ def fix_command(
         fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
     targets = Targets.of(check_paths(paths), Path.cwd())
     regenerate, fills = regenerator(ctx, chosen, length=length)
-    run_fix(targets, Settings(test, chosen["rounds"], chosen["test_timeout"]), regenerate, fills, chosen)
+    run_fix(targets, fix_settings(chosen, test), regenerate, fills, chosen)
+
+
+def fix_settings(chosen: Mapping[str, Any], test: str) -> Settings:
+    """The loop's settings from the options, with the keys dcode holds (--endpoint-key, else the
+    variables an endpoint's key comes from): redacted from what the loop reads, sends and records."""
+    from dcode.fixloop import Settings
+
+    keys = (chosen.get("endpoint_key"), os.environ.get("INCEPTION_API_KEY"), os.environ.get("OPENAI_API_KEY"))
+    secrets = tuple(k for k in keys if k)
+    return Settings(test, chosen["rounds"], chosen["test_timeout"], secrets=secrets)
 
 
 def checked_test(ctx: typer.Context, chosen: Mapping[str, Any], needed: bool) -> str | None:
@@ -182,6 +193,7 @@ def run_fix(
     history's records, and the exit code. Ctrl-C / SIGTERM: the best state is back before exit."""
     from dcode import fixloop
     from dcode.files import FileProblem
+    from dcode.fixfiles import CHANGED, Busy
 
     quiet = params["quiet"]
     seen: list[FixEvent] = []
@@ -191,17 +203,21 @@ def run_fix(
             if not quiet:
                 say(event, settings.command)
     except typer.Exit as stop:  # a server that failed, a model that would not load: the files are back
-        record_rounds(seen, fills, params, stop.exit_code)
+        record_rounds(seen, fills, params, stop.exit_code, settings.secrets)
         raise
     except KeyboardInterrupt as error:  # the loop has put the best state back
-        record_rounds(seen, fills, params, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
+        record_rounds(
+            seen, fills, params, TERMINATED if isinstance(error, Terminated) else INTERRUPTED, settings.secrets
+        )
         interrupted(error)
     except OSError as error:
-        record_rounds(seen, fills, params, RUNTIME)
+        record_rounds(seen, fills, params, RUNTIME, settings.secrets)
         where = f"{error.filename}: " if error.filename else ""
         fail(f"fix stopped: {where}{error.strerror or error}", RUNTIME)
+    except Busy as error:  # another dcode fix holds a file named: refused before the first run
+        fail(f"{shown(error.path)}: {error}", RUNTIME)
     except FileProblem as error:  # a file the failures point into that cannot be read
-        record_rounds(seen, fills, params, RUNTIME)
+        record_rounds(seen, fills, params, RUNTIME, settings.secrets)
         fail(f"fix stopped: {error}", RUNTIME)
     done = seen[-1]
     assert isinstance(done, fixloop.Fixed)
@@ -210,9 +226,12 @@ def run_fix(
     elif params["diff"]:
         sys.stdout.write(patch(done))
         sys.stdout.flush()
+    for path in done.left:  # said even with --quiet: the user's own edit is at stake
+        backup = f" (backup {shown(done.backups[path])})" if path in done.backups else ""
+        typer.echo(f"dcode: warning: {shown(path)} was {CHANGED}{backup}", err=True)
     if not quiet:
         typer.echo(summary(done, fills), err=True)
-    record_rounds(seen, fills, params, done.exit_code)
+    record_rounds(seen, fills, params, done.exit_code, settings.secrets)
     raise typer.Exit(done.exit_code)
 
 
@@ -227,15 +246,15 @@ def shown(path: Path) -> str:
 def say(event: FixEvent, command: str) -> None:
     """One line on stderr per run, region and skipped region."""
     from dcode.edit import describe
+    from dcode.failures import printable
     from dcode.fixloop import Rewriting, Skipped, Tested
 
     if isinstance(event, Tested) and event.round == 0:
         typer.echo(f"dcode: fix: {command}: {event.run.verdict} ({event.run.seconds:.1f} s)", err=True)
         for failure in event.run.failures[:3]:
             where = f"{failure.frames[-1].path}:{failure.frames[-1].line}: " if failure.frames else ""
-            typer.echo(
-                f"dcode:   {where}{failure.test + ': ' if failure.test else ''}{failure.message}"[:160], err=True
-            )
+            said = printable(f"{where}{failure.test + ': ' if failure.test else ''}{failure.message}")
+            typer.echo(f"dcode:   {said}"[:160], err=True)
     elif isinstance(event, Tested):
         note = {"worse": " (worse: undone)", "same": " (no better)", "better": ""}.get(event.judged, "")
         typer.echo(f"dcode: round {event.round}: {event.run.verdict}{note}", err=True)
@@ -245,22 +264,25 @@ def say(event: FixEvent, command: str) -> None:
         what = f"{target.symbol} ({where})" if target.symbol else where
         typer.echo(f"dcode: round {event.round}: regenerating {shown(target.path)}: {what}", err=True)
     elif isinstance(event, Skipped):
-        typer.echo(f"dcode: round {event.round}: skipped {shown(event.target.path)}: {event.reason}", err=True)
+        reason = printable(event.reason)
+        typer.echo(f"dcode: round {event.round}: skipped {shown(event.target.path)}: {reason}", err=True)
 
 
 def summary(done: Fixed, fills: Fills) -> str:
     """The last line: passes or not, before -> after, rounds, files changed and their backups, time."""
     if done.rounds == 0 and done.first.passes:
         return f"dcode: passes: {done.first.verdict}; nothing to fix"
-    state = "passes" if done.best.passes else "still fails"
+    state = "still fails" if not done.best.passes else "untested" if done.left else "passes"
     line = (
         f"dcode: {state}: {done.first.verdict} -> {done.best.verdict} in {done.rounds} round(s), {done.seconds:.1f} s"
     )
     if done.changed:
         changed = ", ".join(f"{shown(p)} (backup {shown(done.backups[p])})" for p in done.changed if p in done.backups)
         line += f"; changed {changed}"
-    elif done.rounds:
+    elif done.rounds and not done.left:
         line += "; files unchanged"
+    if done.left:
+        line += f"; left as someone else left it: {', '.join(shown(p) for p in done.left)}"
     if done.note:
         line += f"; {done.note}"
     if fills.model and done.rounds:
@@ -271,7 +293,7 @@ def summary(done: Fixed, fills: Fills) -> str:
 def patch(done: Fixed) -> str:
     from dcode.edit import unified_diff
 
-    return "".join(unified_diff(done.original[p], p.read_text(), shown(p)) for p in done.changed)
+    return "".join(unified_diff(done.original[p], done.final[p], shown(p)) for p in done.changed)
 
 
 def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) -> dict[str, object]:
@@ -299,6 +321,7 @@ def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) 
         "rounds": rounds,
         "files": [{"path": shown(p), "backup": shown(done.backups[p])} for p in done.changed if p in done.backups],
         "diff": patch(done),
+        **({"left": [shown(p) for p in done.left]} if done.left else {}),
         "model": fills.model,
         "endpoint": fills.endpoint,
         "seconds": round(done.seconds, 3),
@@ -306,8 +329,11 @@ def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) 
     }
 
 
-def record_rounds(seen: list[FixEvent], fills: Fills, params: Mapping[str, Any], exit_code: int) -> None:
-    """One history record per round (round 0 alone when no round ran), each with the exit code."""
+def record_rounds(
+    seen: list[FixEvent], fills: Fills, params: Mapping[str, Any], exit_code: int, secrets: tuple[str, ...] = ()
+) -> None:
+    """One history record per round (round 0 alone when no round ran), each with the exit code and
+    the keys in `secrets` redacted; a history that fails costs one warning, not one a round."""
     from dcode.edit import lines_of, unified_diff
     from dcode.fixloop import Rewrote, Tested
     from dcode.history import Entry, Touched
@@ -331,17 +357,17 @@ def record_rounds(seen: list[FixEvent], fills: Fills, params: Mapping[str, Any],
             seconds=round(run.run.seconds, 3),
             exit_code=exit_code, round=run.round, verdict=run.run.verdict,
         )  # fmt: skip
-        remember(entry, params["log"])
+        if remember(entry, params["log"], secrets) is None:
+            return
 
 
 def fix_written(ctx: typer.Context, filler: Filler, path: Path, test: str) -> None:
     """`dcode new ... -o FILE --test CMD`, after FILE is written: the same loop on FILE, through the
     filler that wrote it and the command's options (ctx.params: the model, sampler, repair, view and
     endpoint groups, --rounds, --test-timeout, --log). Exits with fix's code (0 passes, 4 still fails)."""
-    from dcode.fixloop import Settings, Targets
+    from dcode.fixloop import Targets
 
     chosen = ctx.params
     regenerate, fills = regenerator(ctx, chosen, ready=filler)
     params = {**chosen, "as_json": False, "diff": False}  # new's --json was new's report
-    settings = Settings(test, chosen["rounds"], chosen["test_timeout"])
-    run_fix(Targets.of([path], Path.cwd()), settings, regenerate, fills, params)
+    run_fix(Targets.of([path], Path.cwd()), fix_settings(chosen, test), regenerate, fills, params)

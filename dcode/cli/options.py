@@ -34,7 +34,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def annotation(option: Option) -> Any:
     """`Annotated[type, typer.Option(...)]` for one declared option."""
     names = [option.flag, *([option.short] if option.short else [])]
-    info = typer.Option(*names, envvar=option.env, help=option.help, min=option.min)
+    info = typer.Option(*names, envvar=option.env, help=option.help, min=option.min, max=option.max)
     kind = option.type | None if option.optional else option.type
     return Annotated[kind, info]
 
