@@ -176,6 +176,10 @@ class Workspace:
         """What is on disk now, comparable with another round's."""
         return tuple(sorted(self.current.items()))
 
+    def written(self) -> dict[Path, str]:
+        """Each file dcode changed (left ones too), as dcode last wrote it: what its diff shows."""
+        return {p: self.current[p] for p in self.original if self.current[p] != self.original[p]}
+
     def changed(self) -> list[Path]:
         """The files dcode changed and that hold its text (not those left to someone else)."""
         return [p for p in self.original if self.current[p] != self.original[p] and p not in self.left]

@@ -235,7 +235,7 @@ class Fixed:
     seconds: float
     note: str = ""  # why the loop stopped before its last round
     left: tuple[Path, ...] = ()  # files someone else changed during the run, left as they left them
-    final: dict[Path, str] = field(default_factory=dict)  # the text of each file in `changed`, as written
+    final: dict[Path, str] = field(default_factory=dict)  # each file dcode changed: its text as dcode last wrote it
 
     @property
     def exit_code(self) -> int:
@@ -318,7 +318,7 @@ def _loop(
     changed, seconds = tuple(space.changed()), time.perf_counter() - began
     yield Fixed(
         first, best, rounds, kept, changed, dict(space.backups), dict(space.original), seconds, note,
-        tuple(space.left), {p: space.current[p] for p in changed},
+        tuple(space.left), space.written(),
     )  # fmt: skip
 
 

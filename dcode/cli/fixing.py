@@ -293,7 +293,7 @@ def summary(done: Fixed, fills: Fills) -> str:
 def patch(done: Fixed) -> str:
     from dcode.edit import unified_diff
 
-    return "".join(unified_diff(done.original[p], done.final[p], shown(p)) for p in done.changed)
+    return "".join(unified_diff(done.original[p], text, shown(p)) for p, text in done.final.items())
 
 
 def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) -> dict[str, object]:
