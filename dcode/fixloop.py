@@ -1,11 +1,13 @@
 """`dcode fix`'s loop: run the test command, regenerate the regions its failures point into, run it
 again; keep the best state, undo a round that makes things worse.
 
-Owns: running the command (through the shell, in the current folder, its process group killed on
-timeout or interrupt), judging a run against the best one (dcode.failures' counts and locations),
-and the files' promises: each original backed up once (FILE.orig, by dcode.edit), atomic writes
-(dcode.files), the best state restored on any exit, Ctrl-C included. Which files may change, the
-regions and the instructions are dcode.fixtargets'.
+Owns: running the command (through the shell, in the current folder, its output to a temporary
+file; the run ends with the shell or at the timeout, and what it left in its process group is
+killed), judging a run against the best one (dcode.failures' counts and locations), refusing a fill
+that deletes code no failing test asks for, and the best state restored on any exit, Ctrl-C
+included. The files' promises (backups, atomic writes, locks, undoing only what dcode wrote) are
+dcode.fixfiles'; which files may change, the regions and the instructions dcode.fixtargets'. The
+keys in Settings.secrets are redacted (dcode.history.redact) from the output and the instructions.
 
 Knows nothing about models, endpoints, argv or the terminal: the fill is one callable,
 `regenerate(path, source, region, instruction) -> new source` (a dcode.filler.FillError skips the

@@ -4,8 +4,9 @@ The loop, the files' promises and the judging are dcode.fixloop's; this module r
 builds the one fill the loop calls (`regenerator`: dcode.flows.edit over a filler, the local model
 or an endpoint, under the live view as `dcode edit` draws it), prints the rounds and the summary,
 records each round in the history, and picks the exit code: 0 the command passes, 4 it still
-fails (the files at the best state reached), 1 runtime, 2 usage, 130/143 interrupted (the best
-state restored first).
+fails (the files at the best state reached) or a file was changed by someone else during the run,
+1 runtime (a file another fix holds among others), 2 usage, 130/143 interrupted (the best state
+restored first).
 
 `dcode new ... -o FILE --test CMD` runs the same loop on the written file: `fix_written`.
 """
