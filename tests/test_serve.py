@@ -422,6 +422,18 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_cuts_with_an_error
             proc.communicate()
 
 
+def test_a_request_arriving_after_the_cut_is_refused_not_run(server: Served) -> None:
+    """A request still being tokenized when the grace period ran out reaches submit() after
+    cancel_all(): it gets the 503 of a cut request instead of running whole past the cut."""
+    engine = Engine(server.engine.model, server.engine.config, length=8)
+    plan = engine.plan(jobs.parse("text", {"prompt": "def f(x):\n", "max_tokens": 8}, engine.served))
+    engine.cancel_all()
+    emitted: list[str] = []
+    with pytest.raises(jobs.BadRequest) as refused:
+        engine.submit(plan, lambda kind, item: emitted.append(kind))
+    assert (refused.value.status, refused.value.code, emitted) == (503, "server_shutdown", [])
+
+
 def test_one_forward_for_calls_at_different_cache_and_input_lengths(server: Served) -> None:
     """run_native's rows equal each call run alone: caches of 0, 16 and 40 positions, inputs of
     20, 16 and 8 tokens, 1, 3 and 2 rows (padding and the other rows are never seen)."""

@@ -151,8 +151,12 @@ class Engine:
         return replace(plan, config=replace(plan.config, draft=min(plan.config.draft, self.busy_draft)))
 
     def submit(self, plan: Plan, emit: Emit) -> Callable[[], None]:
-        """Start the job in a worker thread; returns its cancel function. Overloaded when full."""
+        """Start the job in a worker thread; returns its cancel function. Overloaded when full;
+        shutdown_error() once the server is cutting its requests (a request tokenized while the
+        cut came would otherwise run whole past it, until uvicorn's backstop cancels it)."""
         with self._lock:
+            if self._stopping:
+                raise shutdown_error()
             if self._admitted >= self.max_batch + self.max_queue:
                 raise Overloaded
             self._admitted += 1
