@@ -425,20 +425,17 @@ def denoise(
     """Fill the positions `fill` marks in canvas[start:] and yield a Step after each forward pass.
 
     canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). fill (L,) bool
-    marks the positions to fill (default: those holding facts.mask_id); they may sit anywhere in
-    the answer region (the repair pass re-masks spans in the middle). Every Step's canvas shows
-    them as facts.mask_id until they are committed; `ban` lists token ids never written there (the
-    repair pass's retries ban what the checker blamed); canvas[start : start + least] never holds an
-    end or pad token (a server asked for min_tokens, or ignore_eos: a longer answer). Positions are
-    filled block by block, left to right; a block's positions are never committed before the blocks
-    to its left are finished.
+    marks the positions to fill (default: those holding facts.mask_id), anywhere in the answer
+    region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
+    until committed. `ban`: token ids never written there (repair's retries ban what the checker
+    blamed); `least`: canvas[start : start + least] holds no end or pad token (a server's
+    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits.
 
     facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
-    cache once (model.extend), then each pass feeds the block alone with every position still to
-    fill holding a random token from the seeded generator (re-noised every pass) and hands the
-    model the previous pass's temperature-scaled logits (`previous=`, self-conditioning).
-    Committed positions stay committed. A uniform model's blocks count from `start` (its canvases
-    begin where the answer does).
+    cache once (model.extend); each pass feeds the block alone, every position still to fill holding
+    a random token from the seeded generator (re-noised every pass), with the previous pass's
+    temperature-scaled logits (`previous=`, self-conditioning). Committed positions stay committed;
+    a uniform model's blocks count from `start` (its canvases begin where the answer does).
     """
     facts, device = model.facts, model.device
     canvas = canvas.clone().to(device)  # (L,)

@@ -384,7 +384,8 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_cuts_with_an_error
             except httpx2.TransportError:
                 time.sleep(0.1)
         # a long fill-in-the-middle (sampled hot, no end token comes soon): it runs; a second waits; a third is refused
-        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "temperature": 3.0, "stream": True}
+        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "dcode": {"temperature": 3.0}}
+        long["stream"] = True
         long["diffusing"] = True
         client = httpx2.Client(timeout=60)
         first = client.send(client.build_request("POST", url + "/v1/completions", json=long), stream=True)
