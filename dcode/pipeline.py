@@ -161,12 +161,14 @@ class TokenPlan:
 @dataclass
 class ModelFiller:
     """dcode.filler.Filler over a local model: every fill is the sampler on a canvas of tokens.
-    `prompt` (token ids) replaces the request's template when given (tests, benchmarks)."""
+    `prompt` (token ids) replaces the request's template when given (tests, benchmarks); a draft's
+    first `least` answer positions hold no end token (a server's min_tokens or ignore_eos)."""
 
     denoiser: Denoiser
     config: SamplerConfig
     prompt: list[int] | None = None
     unit: Unit = "pass"
+    least: int = 0
     _prompts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     @property
@@ -192,7 +194,7 @@ class ModelFiller:
         masks = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
         yield Started((len(ids), len(canvas)), ((len(ids), len(canvas)),))
         began = time.perf_counter()
-        last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks))
+        last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks, least=self.least))
         text, kept = answer_text(model, last.canvas, len(ids))
         return Draft(text, len(ids), kept, length, last.forward, time.perf_counter() - began)
 
@@ -269,11 +271,13 @@ def new(
     repair_rounds: int = 3,
     repair_tries: int = REPAIR_TRIES,
     prompt: list[int] | None = None,
+    least: int = 0,
 ) -> Iterator[Event]:
     """dcode.flows.new with the local sampler: Started, steps, the repair pass's tries, Finished.
     `prompt`: the templated prompt's ids when the caller built them (a served conversation), else
-    prompt_ids of the request."""
-    return flows.new(ModelFiller(model, config, prompt), request, language, length, repair_rounds, repair_tries)
+    prompt_ids of the request; `least`: answer positions that hold no end token (ModelFiller)."""
+    filler = ModelFiller(model, config, prompt, least=least)
+    return flows.new(filler, request, language, length, repair_rounds, repair_tries)
 
 
 def edit(

@@ -108,6 +108,7 @@ class Choosing:
     mask_id: int
     suppressed: torch.Tensor  # (k,) ids never written: the mask id and the banned ids
     ends: torch.Tensor  # (m,) ids that end the answer: EOS and padding
+    ends_from: int  # no end id is written before this position (vLLM's min_tokens, ignore_eos)
     dtype: torch.dtype  # the canvas's (drafts are written into it)
     device: torch.device
 
@@ -122,12 +123,21 @@ class Commit:
 
 
 def candidate_logits(
-    logits: torch.Tensor, row: torch.Tensor, is_open: torch.Tensor, block: tuple[int, int], choosing: Choosing
+    logits: torch.Tensor,
+    row: torch.Tensor,
+    is_open: torch.Tensor,
+    block: tuple[int, int],
+    choosing: Choosing,
+    at: torch.Tensor,
 ) -> torch.Tensor:
-    """The logits (n, V) of positions to fill in `block`, as choices: never a mask or a banned id,
-    and repeats of what the canvas `row` (L,) shows penalized (CTRL), at the positions before and
-    in the block that is_open (L,) does not mark as still open."""
+    """The logits (n, V) of the positions `at` (n,) to fill in `block`, as choices: never a mask
+    or a banned id, no end id before choosing.ends_from, and repeats of what the canvas `row` (L,)
+    shows penalized (CTRL), at the positions before and in the block that is_open (L,) does not
+    mark as still open."""
     logits = suppress_tokens(logits, choosing.suppressed)
+    early = (at < choosing.ends_from).nonzero()[:, 0]  # (k,) rows whose answer may not end yet
+    if len(early):
+        logits[early[:, None], choosing.ends[None, :].long()] = float("-inf")
     penalty = choosing.config.repetition_penalty
     if penalty == 1.0:
         return logits
@@ -155,7 +165,7 @@ def commit_rule_pass(
     read = torch.arange(e - s, device=offsets.device) if whole else offsets
     block_logits = readout(torch.zeros_like(read), read)  # (e-s, V) or (n, V)
     chosen_logits = block_logits[offsets] if whole else block_logits
-    candidates = candidate_logits(chosen_logits, now.rows[0], is_open, now.block, choosing)  # (n, V)
+    candidates = candidate_logits(chosen_logits, now.rows[0], is_open, now.block, choosing, offsets + s)  # (n, V)
     tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
     scores = SCORES[config.ordering](probs, tokens, gen)
     settled = False
@@ -262,7 +272,7 @@ def row_candidates(
     def read(offsets: torch.Tensor) -> torch.Tensor:
         at = base + offsets
         logits = readout(torch.full_like(at, row), at, exact=False)
-        return candidate_logits(logits, now.rows[row], seen, now.block, choosing)
+        return candidate_logits(logits, now.rows[row], seen, now.block, choosing, at + now.block[0])
 
     return read
 
@@ -283,8 +293,8 @@ def verify_pass(
         noise = gumbel_noise((e - s, readout.vocab), gen, rows.device)
     heads = readout(torch.arange(len(rows), device=rows.device), offsets[: len(rows)])  # (k+1, V): row r at offset r
     firsts = [
-        candidate_logits(heads[r : r + 1], rows[r], written(is_open, offsets[:r] + s), now.block, choosing)
-        for r in range(len(rows))
+        candidate_logits(heads[r : r + 1], rows[r], written(is_open, offsets[:r] + s), now.block, choosing, at)
+        for r, at in enumerate((offsets[: len(rows)] + s)[:, None])
     ]  # (1, V) each
     chosen, probs = choose_tokens(
         torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
@@ -338,14 +348,21 @@ def check_arguments(
 
 
 def choosing_for(
-    model: Denoiser, config: SamplerConfig, gen: torch.Generator, start: int, ban: Sequence[int], dtype: torch.dtype
+    model: Denoiser,
+    config: SamplerConfig,
+    gen: torch.Generator,
+    start: int,
+    ban: Sequence[int],
+    dtype: torch.dtype,
+    least: int = 0,
 ) -> Choosing:
     """What one denoise() call chooses with: the mask id and `ban` never written, and the tokens
-    that end the answer (EOS, and padding, which in training only ever follows the end)."""
+    that end the answer (EOS, and padding, which in training only ever follows the end), which
+    the answer's first `least` positions never hold."""
     facts, device = model.facts, model.device
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=dtype, device=device)  # (m,)
     suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)  # (k,)
-    return Choosing(config, gen, start, facts.mask_id, suppressed, ends, dtype, device)
+    return Choosing(config, gen, start, facts.mask_id, suppressed, ends, start + least, dtype, device)
 
 
 def snapshot(
@@ -403,22 +420,22 @@ def denoise(
     config: SamplerConfig,
     fill: torch.Tensor | None = None,
     ban: Sequence[int] = (),
+    least: int = 0,
 ) -> Iterator[Step]:
     """Fill the positions `fill` marks in canvas[start:] and yield a Step after each forward pass.
 
     canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). fill (L,) bool
-    marks the positions to fill (default: those holding facts.mask_id); they may sit anywhere in
-    the answer region (the repair pass re-masks spans in the middle). Every Step's canvas shows
-    them as facts.mask_id until they are committed; `ban` lists token ids never written there (the
-    repair pass's retries ban what the checker blamed). Positions are filled block by block, left to
-    right; a block's positions are never committed before the blocks to its left are finished.
+    marks the positions to fill (default: those holding facts.mask_id), anywhere in the answer
+    region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
+    until committed. `ban`: token ids never written there (repair's retries ban what the checker
+    blamed); `least`: canvas[start : start + least] holds no end or pad token (a server's
+    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits.
 
     facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
-    cache once (model.extend), then each pass feeds the block alone with every position still to
-    fill holding a random token from the seeded generator (re-noised every pass) and hands the
-    model the previous pass's temperature-scaled logits (`previous=`, self-conditioning).
-    Committed positions stay committed. A uniform model's blocks count from `start` (its canvases
-    begin where the answer does).
+    cache once (model.extend); each pass feeds the block alone, every position still to fill holding
+    a random token from the seeded generator (re-noised every pass), with the previous pass's
+    temperature-scaled logits (`previous=`, self-conditioning). Committed positions stay committed;
+    a uniform model's blocks count from `start` (its canvases begin where the answer does).
     """
     facts, device = model.facts, model.device
     canvas = canvas.clone().to(device)  # (L,)
@@ -432,7 +449,7 @@ def denoise(
     is_open[:start] = False  # the prompt is never filled
     canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
     open_total = int(is_open[start:].sum())
-    choosing = choosing_for(model, config, gen, start, ban, canvas.dtype)
+    choosing = choosing_for(model, config, gen, start, ban, canvas.dtype, least)
     ends = choosing.ends
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks

@@ -848,11 +848,71 @@ def test_sampler_options_the_user_set_travel_to_a_dcode_server(replay: Any) -> N
     assert done.exit_code == 0, done.stderr
     body = server.posts[0].body
     assert body["dcode"] == {"rule": "schedule", "steps": 8, "block": 16, "language": "python", "repair": False}
-    assert body["temperature"] == 0.5 and body["max_tokens"] == 256 and body["seed"] == 0
+    assert body["temperature"] == 0.5 and body["max_tokens"] == 256
+    assert "seed" not in body and "top_p" not in body  # not set: the server's own settings
 
 
 # ---------------------------------------------------------------------------------------------
 # Interop with third-party servers (issue 26): each test failed before its fix
+
+
+STANDARD = {"model", "messages", "prompt", "suffix", "max_tokens", "stream", "temperature", "seed"}
+
+
+def strict_server(seen: Seen) -> Reply:
+    """A test fake of a strict server (a LLaDA server on PyPI): 422 in FastAPI's shape for a field
+    it does not know, and 400 in OpenAI's shape for `top_p`, which it does not take."""
+    extra = sorted(set(seen.body) - STANDARD - {"top_p"})
+    if extra:
+        detail = [
+            {"type": "extra_forbidden", "loc": ["body", k], "msg": "Extra inputs are not permitted"} for k in extra
+        ]
+        return Reply(422, body=json.dumps({"detail": detail}))
+    if "top_p" in seen.body:
+        return error(400, "top_p is not supported by this server")
+    return sglang(seen)
+
+
+def test_sampling_fields_the_user_did_not_set_are_not_sent(replay: Any) -> None:
+    """Issue 37: top_p (and temperature, seed) went in every request, and a strict server refused
+    all of them; only the user's own settings travel now."""
+    server = replay(strict_server)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert not any({"top_p", "temperature", "seed"} & set(p.body) for p in server.posts)
+    assert done.stderr == ""
+
+
+def test_a_sampling_field_a_server_refuses_by_name_is_dropped_once_and_said(replay: Any) -> None:
+    """Issue 37: the user's --top-p, refused by name (400), is left out of one more try, with one
+    line on stderr; the temperature the user set still travels."""
+    server = replay(strict_server)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q", "--top-p", "0.9", "--temperature", "0.2")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert done.stderr.count("\n") == 1 and "refused top_p (400)" in done.stderr, done.stderr
+    last = server.posts[-1].body
+    assert "top_p" not in last and last["temperature"] == 0.2
+    assert [p.body.get("top_p") for p in server.posts][0] == 0.9
+
+
+def test_a_field_named_in_a_422_is_dropped_and_not_sent_again(replay: Any) -> None:
+    """A FastAPI server names the field in `detail[].loc`; the endpoint remembers it for later requests."""
+
+    def script(seen: Seen) -> Reply:
+        if "seed" in seen.body:
+            detail = [{"type": "extra_forbidden", "loc": ["body", "seed"], "msg": "Extra inputs are not permitted"}]
+            return Reply(422, body=json.dumps({"detail": detail}))
+        return Reply(chunks=sse_chunks([text_chunk("    return a + b\n")]))
+
+    server = replay(script)
+    told: list[str] = []
+    endpoint = Endpoint.parse(server.url, model="m", tell=told.append)
+    ask = fill.Sampling(16, seed=3, sent=frozenset({"seed"}))
+    for _ in range(2):
+        *_, answer = fill.middle(endpoint, "def add(a, b):\n", "\n", "python", ask)
+        assert answer.text == "    return a + b\n"
+    assert [("seed" in p.body) for p in server.posts] == [True, False, False]
+    assert len(told) == 1 and "refused seed (422)" in told[0]
 
 
 def test_a_fastapi_server_refusing_the_extension_fields_with_422_is_asked_plainly(replay: Any) -> None:
@@ -992,7 +1052,7 @@ def test_a_repair_try_through_an_endpoint_samples_as_a_local_left_to_right_try(r
     done = dcode(*args, "--seed", "5", "-q")
     assert done.exit_code == 0 and path.read_text() == BROKEN.replace(BROKEN_LINE, "    return w * h + 1"), done.stderr
     first, second = (p.body for p in server.posts)
-    assert (first["temperature"], first["seed"]) == (0.0, 5)
+    assert "temperature" not in first and first["seed"] == 5  # the user set the seed only
     assert (second["temperature"], second["seed"]) == (LEFT_TO_RIGHT_RETRY_TEMPERATURE, 6)
 
 

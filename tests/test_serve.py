@@ -301,6 +301,27 @@ BAD = [
     ("beyond the context", CHAT, {"messages": OK_MESSAGES, "max_tokens": 5000}, 400, "max_tokens"),
     ("temperature negative", CHAT, {"messages": OK_MESSAGES, "temperature": -1}, 400, "temperature"),
     ("top_p zero", CHAT, {"messages": OK_MESSAGES, "top_p": 0}, 400, "top_p"),
+    # issue 37: OpenAI's ranges, refused before a stream starts
+    ("temperature 100", CHAT, {"messages": OK_MESSAGES, "temperature": 100}, 400, "temperature"),
+    (
+        "temperature 2.5 streamed",
+        CHAT,
+        {"messages": OK_MESSAGES, "temperature": 2.5, "stream": True},
+        400,
+        "temperature",
+    ),
+    ("top_p above 1", CHAT, {"messages": OK_MESSAGES, "top_p": 1.5}, 400, "top_p"),
+    ("frequency_penalty 3", CHAT, {"messages": OK_MESSAGES, "frequency_penalty": 3}, 400, "frequency_penalty"),
+    ("presence_penalty -2.5", CHAT, {"messages": OK_MESSAGES, "presence_penalty": -2.5}, 400, "presence_penalty"),
+    ("ignore_eos not a bool", CHAT, {"messages": OK_MESSAGES, "ignore_eos": "yes"}, 400, "ignore_eos"),
+    ("min_tokens negative", CHAT, {"messages": OK_MESSAGES, "min_tokens": -1}, 400, "min_tokens"),
+    (
+        "min_tokens over max_tokens",
+        CHAT,
+        {"messages": OK_MESSAGES, "max_tokens": 8, "min_tokens": 9},
+        400,
+        "min_tokens",
+    ),
     ("seed negative", CHAT, {"messages": OK_MESSAGES, "seed": -1}, 400, "seed"),
     ("n of 2", CHAT, {"messages": OK_MESSAGES, "n": 2}, 400, "n"),
     ("stream not a bool", CHAT, {"messages": OK_MESSAGES, "stream": "yes"}, 400, "stream"),
@@ -363,7 +384,8 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_cuts_with_an_error
             except httpx2.TransportError:
                 time.sleep(0.1)
         # a long fill-in-the-middle (sampled hot, no end token comes soon): it runs; a second waits; a third is refused
-        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "temperature": 3.0, "stream": True}
+        long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "dcode": {"temperature": 3.0}}
+        long["stream"] = True
         long["diffusing"] = True
         client = httpx2.Client(timeout=60)
         first = client.send(client.build_request("POST", url + "/v1/completions", json=long), stream=True)
@@ -399,6 +421,18 @@ def test_full_queue_503_disconnect_frees_the_slot_and_sigterm_cuts_with_an_error
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_request_arriving_after_the_cut_is_refused_not_run(server: Served) -> None:
+    """A request still being tokenized when the grace period ran out reaches submit() after
+    cancel_all(): it gets the 503 of a cut request instead of running whole past the cut."""
+    engine = Engine(server.engine.model, server.engine.config, length=8)
+    plan = engine.plan(jobs.parse("text", {"prompt": "def f(x):\n", "max_tokens": 8}, engine.served))
+    engine.cancel_all()
+    emitted: list[str] = []
+    with pytest.raises(jobs.BadRequest) as refused:
+        engine.submit(plan, lambda kind, item: emitted.append(kind))
+    assert (refused.value.status, refused.value.code, emitted) == (503, "server_shutdown", [])
 
 
 def test_one_forward_for_calls_at_different_cache_and_input_lengths(server: Served) -> None:

@@ -207,9 +207,11 @@ def test_a_requests_threshold_switches_the_rule_as_the_flag_does(server: Served)
     )
     assert chosen.config.rule == "verify"  # a strategy given keeps its rule, as --strategy does
     hot = engine.plan(
-        jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}], "temperature": 3.5}, "dcode-tiny")
+        jobs.parse(
+            "chat", {"messages": [{"role": "user", "content": "f"}], "dcode": {"temperature": 3.5}}, "dcode-tiny"
+        )
     )
-    assert hot.config.temperature == 3.5  # SamplerConfig's range, not another one
+    assert hot.config.temperature == 3.5  # dcode's own option: SamplerConfig's range, not OpenAI's 0-2
 
 
 def test_the_required_key_comes_from_a_file_or_the_command_line_not_both(tmp_path: Path) -> None:
@@ -222,3 +224,40 @@ def test_the_required_key_comes_from_a_file_or_the_command_line_not_both(tmp_pat
     empty = runner.invoke(app, ["serve", "--api-key-file", str(tmp_path / "empty")])
     assert empty.exit_code == 2 and "empty" in empty.output
     assert required_key(None, key_file) == "file-key"  # (a server that reads it: test_serve_hostile.py)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load tests and benchmarks: ignore_eos and min_tokens (vLLM, SGLang, llama.cpp)
+
+STRATEGIES = ["schedule", "threshold", "verify"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_ignore_eos_fills_max_tokens_and_min_tokens_keeps_the_end_away(server: Served, strategy: str) -> None:
+    """Issue 37: both fields were accepted and ignored (ignore_eos with max_tokens 40 answered 9
+    tokens). ignore_eos fills max_tokens; min_tokens keeps an end token out of the first ones."""
+    body = {"prompt": PREFIX, "max_tokens": 40, "dcode": {"strategy": strategy}}
+
+    def used(**extra: Any) -> tuple[int, str]:
+        answer = post(server.url, "/v1/completions", {**body, **extra})
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        return got["usage"]["completion_tokens"], got["choices"][0]["finish_reason"]
+
+    assert used()[0] < 30  # precondition: the model ends this answer early
+    assert used(ignore_eos=True) == (40, "length")
+    assert used(min_tokens=30)[0] >= 30
+    assert used(ignore_eos=False, min_tokens=0) == used()
+
+
+def test_a_chat_answer_with_ignore_eos_fills_max_tokens_streamed_or_not(server: Served) -> None:
+    body = {"messages": [{"role": "user", "content": "add two numbers"}], "max_tokens": 40, "ignore_eos": True}
+    plain = post(server.url, CHAT, body).json()
+    assert plain["usage"]["completion_tokens"] == 40 and plain["choices"][0]["finish_reason"] == "length"
+    streamed = post(server.url, CHAT, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert chunks[-1]["usage"]["completion_tokens"] == 40
+    assert (
+        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+        == plain["choices"][0]["message"]["content"]
+    )

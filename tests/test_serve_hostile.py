@@ -249,9 +249,10 @@ def test_405_says_which_methods_are_allowed(server: Served) -> None:
 
 
 def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error(tmp_path: Path) -> None:
-    """Two long streams, a long non-stream request and a short stream when SIGTERM comes: the short
-    one finishes within --graceful-timeout; the others end with `server_shutdown` (the streams
-    before [DONE], the plain request as a 503). Before: [DONE] after a partial answer. The server
+    """Two long streams, long non-stream requests (a completion and a chat) and a short stream when
+    SIGTERM comes: the short one finishes within --graceful-timeout; the others end with
+    `server_shutdown` (the streams before [DONE], the plain requests as a 503, never a 200 with the
+    partial canvas). Before: [DONE] after a partial answer. The server
     takes its key from DCODE_SERVE_API_KEY_FILE, not from DCODE_API_KEY (the key a client sends)."""
     key_file = tmp_path / "key"
     key_file.write_text("file-key\n")
@@ -261,7 +262,9 @@ def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error(tmp_
     for key, status in ((None, 401), ("the-clients-key", 401), ("file-key", 200)):
         given = {"Authorization": f"Bearer {key}"} if key else {}
         assert httpx2.get(f"http://127.0.0.1:{port}/v1/models", headers=given).status_code == status
-    long = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 1500, "temperature": 3.0, "stream": True}
+    hot = {"max_tokens": 1500, "dcode": {"temperature": 3.0}}  # dcode's own range: past OpenAI's 2, a long answer
+    long = {"prompt": "def f(x):\n", "suffix": "\n", "stream": True, **hot}
+    chat = {"messages": [{"role": "user", "content": "a long function"}], "ignore_eos": True, **hot}
     short = {"prompt": "def add(a, b):\n", "suffix": "\n\nprint(add(1, 2))\n", "max_tokens": 16, "stream": True}
     headers = {"Content-Type": "application/json", "Authorization": "Bearer file-key"}
     client = httpx2.Client(timeout=60, headers=headers)
@@ -270,21 +273,26 @@ def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error(tmp_
     def plain() -> None:
         results["plain"] = client.post(url, json={**long, "stream": False})
 
+    def plain_chat() -> None:
+        results["chat"] = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=chat)
+
     try:
         streams = {
             name: client.send(client.build_request("POST", url, json=body), stream=True)
             for name, body in (("long1", long), ("long2", long), ("short", short))
         }
-        waiting = threading.Thread(target=plain)
-        waiting.start()
+        waiting = [threading.Thread(target=plain), threading.Thread(target=plain_chat)]
+        for thread in waiting:
+            thread.start()
         read = {name: r.iter_lines() for name, r in streams.items()}
         assert all(next(lines).startswith("data: ") for lines in read.values())
         deadline = time.monotonic() + 30
-        while httpx2.get(f"http://127.0.0.1:{port}/health").json()["running"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the plain request is running too
+        while httpx2.get(f"http://127.0.0.1:{port}/health").json()["running"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the plain requests are running too
         proc.send_signal(signal.SIGTERM)
         lines = {name: [line for line in read[name] if line] for name in streams}
-        waiting.join(timeout=30)
+        for thread in waiting:
+            thread.join(timeout=30)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -297,6 +305,8 @@ def test_sigterm_lets_short_requests_finish_and_cuts_the_rest_with_an_error(tmp_
     assert not any("error" in e for e in events["short"])
     for name in ("long1", "long2"):
         assert events[name][-1]["error"]["code"] == "server_shutdown"
-    assert results["plain"].status_code == 503
-    assert results["plain"].json()["error"]["code"] == "server_shutdown"
+    for name in ("plain", "chat"):
+        assert results[name].status_code == 503, results[name].text
+        assert results[name].json()["error"]["code"] == "server_shutdown"
     assert err.count('"POST /v1/completions"') == 4  # one access-log line per request
+    assert err.count('"POST /v1/chat/completions" 503') == 1

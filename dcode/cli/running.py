@@ -101,7 +101,7 @@ def model_filler(ctx: typer.Context, chosen: Mapping[str, Any]) -> Filler:
 def endpoint_filler(ctx: typer.Context, chosen: Mapping[str, Any]) -> EndpointFiller:
     """The endpoint the options name, its key and its model id; a bad option is a usage error."""
     from dcode.remote import Endpoint, RemoteError
-    from dcode.remote.fill import Sampling, model_of
+    from dcode.remote.fill import SAMPLING_FIELDS, Sampling, model_of
     from dcode.remote.filler import EndpointFiller
     from dcode.remote.streams import STREAM_MODES
 
@@ -125,7 +125,8 @@ def endpoint_filler(ctx: typer.Context, chosen: Mapping[str, Any]) -> EndpointFi
         fail(endpoint.redact(str(error)), USAGE if error.kind == "usage" else RUNTIME)
     except KeyboardInterrupt as error:
         interrupted(error)
-    sampling = Sampling(0, config.temperature, config.top_p, config.seed)  # max_tokens: per request
+    given = frozenset(explicit_sampler_fields(ctx) & SAMPLING_FIELDS)  # only these travel: a strict server refuses some
+    sampling = Sampling(0, config.temperature, config.top_p, config.seed, given)  # max_tokens: per request
     return EndpointFiller(endpoint, sampling, chosen["stream_mode"], served_settings(ctx, chosen))
 
 

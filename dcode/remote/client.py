@@ -9,8 +9,10 @@ and HTTP failures into messages. Knows nothing about prompts, frames, files or t
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,9 +39,19 @@ class RemoteError(FillError):
     the user can fix in the command (URL, key, model), "runtime" for the rest; `status` is the HTTP
     status when there was one."""
 
-    def __init__(self, message: str, kind: Literal["usage", "runtime"] = "runtime", status: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        kind: Literal["usage", "runtime"] = "runtime",
+        status: int | None = None,
+        named: tuple[str, ...] = (),
+    ):
         super().__init__(message)
-        self.kind, self.status = kind, status
+        self.kind, self.status, self.named = kind, status, named  # named: request fields the server blamed
+
+
+def to_stderr(line: str) -> None:
+    print(f"dcode: {line}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,8 @@ class Endpoint:
     timeout: float = 60.0  # seconds to connect, and the longest silence between two chunks
     retries: int = RETRIES
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
+    tell: Callable[[str], None] = field(default=to_stderr, repr=False, compare=False)  # one line for the user
+    refused: set[str] = field(default_factory=set, repr=False, compare=False)  # fields it refused: not sent again
 
     @classmethod
     def parse(cls, url: str, **kwargs: Any) -> Endpoint:
@@ -186,11 +200,28 @@ def error_message(payload: Any) -> str:
     return line[:200] + ("..." if len(line) > 200 else "")
 
 
+def named_fields(payload: Any, said: str) -> tuple[str, ...]:
+    """The request fields an error names: OpenAI's `param`, FastAPI's `detail[].loc` (422), else
+    the words of its message (a field's name is a word there: "top_p is not supported")."""
+    named: list[str] = []
+    if isinstance(payload, dict):
+        inner = payload.get("error")
+        if isinstance(inner, dict) and isinstance(inner.get("param"), str):
+            named.append(inner["param"])
+        for item in payload.get("detail", []) if isinstance(payload.get("detail"), list) else []:
+            loc = item.get("loc") if isinstance(item, dict) else None
+            if isinstance(loc, list) and loc and isinstance(loc[-1], str):
+                named.append(loc[-1])
+    return tuple(dict.fromkeys(named + re.findall(r"[A-Za-z_]\w*", said)))
+
+
 def status_error(response: httpx2.Response, endpoint: Endpoint, tries: int) -> RemoteError:
     """The RemoteError for a non-200 answer."""
     status = response.status_code
+    payload: Any = None
     try:
-        said = error_message(response.json())
+        payload = response.json()
+        said = error_message(payload)
     except ValueError:
         said = error_message(response.text) or response.reason_phrase
     where = endpoint.shown
@@ -208,7 +239,8 @@ def status_error(response: httpx2.Response, endpoint: Endpoint, tries: int) -> R
         tried = f" after {tries} tries" if tries > 1 else ""
         return RemoteError(endpoint.redact(f"{where} is busy ({status}){tried}: {said}"), "runtime", status)
     kind: Literal["usage", "runtime"] = "usage" if 400 <= status < 500 else "runtime"
-    return RemoteError(endpoint.redact(f"{where} refused the request ({status}): {said}"), kind, status)
+    message = endpoint.redact(f"{where} refused the request ({status}): {said}")
+    return RemoteError(message, kind, status, named_fields(payload, said))
 
 
 def transport_error(error: httpx2.HTTPError, endpoint: Endpoint) -> RemoteError:

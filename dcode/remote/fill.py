@@ -1,7 +1,8 @@
 """Requests a served model answers: a new file (chat), and the text of one span of a file (fill in
 the middle), with what to do when a server will not take a `suffix`.
 
-Owns: the request bodies (model, sampling fields, dcode's extension), the fill-in-the-middle path
+Owns: the request bodies (model, the sampling fields the user set, dcode's extension), asking
+again without a sampling field a server refuses by name (400 or 422; said once on stderr), the fill-in-the-middle path
 (`/fim/completions` on Inception's host, `/completions` with `suffix` elsewhere), the chat request
 that carries the file and the lines to rewrite when `suffix` is refused, and cutting a chat
 answer's Markdown fence. Knows nothing about syntax checks, files or the terminal.
@@ -26,6 +27,10 @@ NO_FIM = (400, 404, 405, 422, 501)
 # Statuses of a server that refuses fields it does not know (dcode's `dcode` and `diffusing`):
 # OpenAI's own API says 400, a FastAPI server (transformers serve) 422. Then it is asked plainly.
 UNKNOWN_FIELDS = (400, 422)
+# The standard sampling fields dcode sets. A request carries only those the user set (a server
+# takes its own defaults for the rest): a strict server refuses some (a LLaDA server on PyPI
+# refuses top_p), and one it refuses by name is left out of a second try and of later requests.
+SAMPLING_FIELDS = frozenset({"temperature", "top_p", "seed"})
 INCEPTION_CHAT_MODEL = "mercury-2"
 SYSTEM_NEW = "You write {language} code. Reply with the code only: one whole file, no explanations, no Markdown fences."
 SYSTEM_FILL = (
@@ -43,15 +48,18 @@ DASHES = {"sql", "lua", "haskell"}
 
 @dataclass(frozen=True)
 class Sampling:
-    """The request fields dcode's options set."""
+    """The request fields dcode's options set; `sent` names the sampling fields a request carries
+    (SAMPLING_FIELDS the user set, or that dcode chose itself, as a repair retry's)."""
 
     max_tokens: int
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    sent: frozenset[str] = SAMPLING_FIELDS
 
     def fields(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in self.sent}}
 
 
 def model_of(endpoint: Endpoint) -> str:
@@ -94,14 +102,32 @@ def answer(
     diffusing: bool = False,
     empty_ok: bool = False,
 ) -> Iterator[Drawn | Answer]:
-    """Stream one request, read as streams.read reads it; a malformed stream is a RemoteError."""
-    host = endpoint.host
+    """Stream one request, read as streams.read reads it; a malformed stream is a RemoteError.
+    Sampling fields the endpoint refused before are left out; a 400 or 422 naming one (before
+    any chunk) is said on stderr and the request sent once more without it."""
+    body = {k: v for k, v in body.items() if k not in endpoint.refused}
+    try:
+        yield from read(endpoint, path, body, mode, language, diffusing, empty_ok)
+    except RemoteError as error:
+        blamed = SAMPLING_FIELDS.intersection(error.named) & body.keys() if error.status in UNKNOWN_FIELDS else set()
+        if not blamed:
+            raise
+        endpoint.refused.update(blamed)
+        names = ", ".join(sorted(blamed))
+        endpoint.tell(f"{endpoint.shown} refused {names} ({error.status}): asking again without it")
+        body = {k: v for k, v in body.items() if k not in blamed}
+        yield from read(endpoint, path, body, mode, language, diffusing, empty_ok)
+
+
+def read(
+    endpoint: Endpoint, path: str, body: dict[str, Any], mode: Mode, language: str, diffusing: bool, empty_ok: bool
+) -> Iterator[Drawn | Answer]:
     try:
         yield from streams.read(
             client.stream(endpoint, path, body),
             mode,
             model=body["model"],
-            device=host,
+            device=endpoint.host,
             language=language,
             diffusing=diffusing,
             empty_ok=empty_ok,

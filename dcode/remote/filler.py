@@ -146,7 +146,7 @@ class EndpointFiller:
         run = self.sampling
         if attempt > 1:  # greedy again would repeat the try that was not kept; a server writes left to right
             temperature, seed = retried(run.temperature, run.seed, attempt, left_to_right=True)
-            run = replace(run, temperature=temperature, seed=seed)
+            run = replace(run, temperature=temperature, seed=seed, sent=run.sent | {"temperature", "seed"})
         self.clock.round += 1
         data = plan.text.encode()
         texts, chunks, tokens, asked = [], 0, 0, 0

@@ -46,6 +46,16 @@ def cut_warning(prompt: conversation.Prompt, context: int) -> str | None:
     )
 
 
+def least_tokens(job: Job, length: int) -> int:
+    """Answer positions an end token may not take: all `length` with ignore_eos, else min_tokens;
+    BadRequest when min_tokens asks for more than the answer holds (vLLM refuses it too)."""
+    if job.min_tokens > length:
+        raise BadRequest(
+            f"'min_tokens' ({job.min_tokens}) is more than the answer's {length} tokens (max_tokens)", "min_tokens"
+        )
+    return length if job.ignore_eos else job.min_tokens
+
+
 class Engine:
     """The served model, its defaults, and the requests running on it."""
 
@@ -121,15 +131,15 @@ class Engine:
             )
         repair = self.repair_rounds > 0 if job.repair is None else job.repair
         rounds = (self.repair_rounds or 3) if repair and job.kind == "chat" else 0
-        return Plan(job, prefix, suffix, length, config, rounds, warning)
+        return Plan(job, prefix, suffix, length, config, rounds, warning, least_tokens(job, length))
 
     def events(self, plan: Plan) -> Iterator[Event]:
         job, model, tries = plan.job, self.batcher, self.repair_tries
         if job.kind == "chat":
             return pipeline.new(
-                model, job.text, job.language, plan.length, plan.config, plan.rounds, tries, plan.prefix
+                model, job.text, job.language, plan.length, plan.config, plan.rounds, tries, plan.prefix, plan.least
             )
-        return fill_middle(model, plan.prefix, plan.suffix, plan.length, plan.config)
+        return fill_middle(model, plan.prefix, plan.suffix, plan.length, plan.config, plan.least)
 
     def under_load(self, plan: Plan) -> Plan:
         """The plan run while other requests run too: the verify rule with --busy-draft drafts a
@@ -141,8 +151,12 @@ class Engine:
         return replace(plan, config=replace(plan.config, draft=min(plan.config.draft, self.busy_draft)))
 
     def submit(self, plan: Plan, emit: Emit) -> Callable[[], None]:
-        """Start the job in a worker thread; returns its cancel function. Overloaded when full."""
+        """Start the job in a worker thread; returns its cancel function. Overloaded when full;
+        shutdown_error() once the server is cutting its requests (a request tokenized while the
+        cut came would otherwise run whole past it, until uvicorn's backstop cancels it)."""
         with self._lock:
+            if self._stopping:
+                raise shutdown_error()
             if self._admitted >= self.max_batch + self.max_queue:
                 raise Overloaded
             self._admitted += 1

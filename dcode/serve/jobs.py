@@ -1,8 +1,10 @@
 """A request body -> a Job, or a BadRequest with the status, message and parameter to blame.
 
 Owns what `dcode serve` accepts: the OpenAI fields (model, messages, prompt, suffix, max_tokens or
-max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options, n) and dcode's
-(`diffusing`, and a `dcode` object with `repair`, `language` and sampler options by name), their
+max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options, n; temperature,
+top_p and the penalties within OpenAI's ranges), the serving world's `ignore_eos` and `min_tokens`
+(vLLM, SGLang, llama.cpp), and dcode's (`diffusing`, and a `dcode` object with `repair`,
+`language` and sampler options by name), their
 JSON types, and text the tokenizer can take (no lone surrogate). Sampler options are read by the
 declarations of dcode.options (dcode.serve.settings): nothing here re-declares one. Unknown
 top-level fields are ignored, as OpenAI-compatible servers do; an unknown key in the `dcode` object
@@ -31,6 +33,15 @@ ROLES = {
 }
 MAX_STOP_CHARS = 4096  # characters of all stop strings together: each pass looks for every one
 MAX_LANGUAGE_CHARS = 64
+# OpenAI's documented ranges for its standard fields: a value outside gets 400 naming the field,
+# before anything runs or streams, as OpenAI answers it. (dcode's own options, in the `dcode`
+# object, keep SamplerConfig's wider ranges: `dcode.temperature` may be 3.)
+OPENAI_RANGES = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
 
 
 class BadRequest(Exception):
@@ -54,6 +65,8 @@ class Job:
     max_tokens: int | None  # answer positions to fill (None: the server's default)
     options: dict[str, Any] = field(default_factory=dict)  # sampler options the request gave, by option name
     stream: bool = False
+    ignore_eos: bool = False  # vLLM's, SGLang's, llama.cpp's: no end token anywhere, the answer fills max_tokens
+    min_tokens: int = 0  # vLLM's: no end token in the answer's first min_tokens positions
     include_usage: bool = False
     diffusing: bool = False
     repair: bool | None = None  # None: the server's default
@@ -180,7 +193,10 @@ def prompt_and_suffix(body: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI's sampler fields (`temperature`, `top_p`, `seed`): dcode's options of those names."""
+    """OpenAI's sampler fields (`temperature`, `top_p`, `seed`): dcode's options of those names,
+    each first held to OpenAI's range (OPENAI_RANGES)."""
+    for name, (low, high) in OPENAI_RANGES.items():
+        _number(body, name, low, high)
     try:
         return {
             name: checked(BY_KEY[name], body[name], name)
@@ -217,6 +233,8 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         max_tokens=_number(body, "max_tokens" if "max_tokens" in body else "max_completion_tokens", 1, 2**31, True),
         options=options,
         stream=bool(_typed(body, "stream", (bool,), "true or false")),
+        ignore_eos=bool(_typed(body, "ignore_eos", (bool,), "true or false")),
+        min_tokens=_number(body, "min_tokens", 0, 2**31, True) or 0,
         include_usage=bool(_typed(stream_options, "include_usage", (bool,), "true or false")),
         diffusing=bool(_typed(body, "diffusing", (bool,), "true or false")),
         repair=repair,

@@ -36,6 +36,7 @@ class Plan:
     config: SamplerConfig
     rounds: int  # repair rounds (0: off)
     warning: str | None = None  # what was cut from the prompt to fit the context, for the client
+    least: int = 0  # answer positions that hold no end token: ignore_eos (all of them) or min_tokens
 
 
 def answer_ids(facts: ModelFacts, ids: list[int], middle: bool) -> list[int]:
@@ -55,12 +56,13 @@ def shutdown_error() -> BadRequest:
 
 
 def fill_middle(
-    model: Denoiser, prefix: list[int], suffix: list[int], length: int, config: SamplerConfig
+    model: Denoiser, prefix: list[int], suffix: list[int], length: int, config: SamplerConfig, least: int = 0
 ) -> Iterator[Started | Step | Finished]:
     """`/v1/completions`: Started, then prefix + `length` masks (+ suffix) filled by denoise(); then Finished
     with the answer's text. With a suffix the masks are a middle whose length the model chooses:
     once it writes an end token the positions after it are padding (config.stop_at_eos), so a short
-    middle takes the passes it needs, not those of `length`; end and pad tokens are dropped."""
+    middle takes the passes it needs, not those of `length`; end and pad tokens are dropped. The
+    first `least` positions never hold one (min_tokens; ignore_eos: all `length`)."""
     facts = model.facts
     canvas = torch.tensor(prefix + [facts.mask_id] * length + suffix, dtype=torch.long)
     fill = torch.zeros(len(canvas), dtype=torch.bool)
@@ -68,7 +70,7 @@ def fill_middle(
     yield Started((len(prefix), len(canvas)), ((len(prefix), len(prefix) + length),))
     began = time.perf_counter()
     last: Step | None = None
-    for last in denoise(model, canvas, len(prefix), config, fill=fill):  # the middle ends at its end token
+    for last in denoise(model, canvas, len(prefix), config, fill=fill, least=least):  # ends at its end token
         yield last
     assert last is not None
     kept = answer_ids(facts, last.canvas[len(prefix) : len(prefix) + length].tolist(), middle=bool(suffix))
