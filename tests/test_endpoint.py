@@ -874,12 +874,13 @@ def strict_server(seen: Seen) -> Reply:
 
 
 def test_sampling_fields_the_user_did_not_set_are_not_sent(replay: Any) -> None:
-    """Issue 37: top_p (and temperature, seed) went in every request, and a strict server refused
-    all of them; only the user's own settings travel now."""
+    """Issue 37: top_p and seed went in every request, and a strict server refused top_p; only the
+    user's own settings travel now, beside temperature (dcode's greedy default, which every server takes)."""
     server = replay(strict_server)
     done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q")
     assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
-    assert not any({"top_p", "temperature", "seed"} & set(p.body) for p in server.posts)
+    assert not any({"top_p", "seed"} & set(p.body) for p in server.posts)
+    assert all(p.body["temperature"] == 0.0 for p in server.posts)
     assert done.stderr == ""
 
 
@@ -1052,7 +1053,7 @@ def test_a_repair_try_through_an_endpoint_samples_as_a_local_left_to_right_try(r
     done = dcode(*args, "--seed", "5", "-q")
     assert done.exit_code == 0 and path.read_text() == BROKEN.replace(BROKEN_LINE, "    return w * h + 1"), done.stderr
     first, second = (p.body for p in server.posts)
-    assert "temperature" not in first and first["seed"] == 5  # the user set the seed only
+    assert (first["temperature"], first["seed"]) == (0.0, 5)  # temperature always travels, the seed as set
     assert (second["temperature"], second["seed"]) == (LEFT_TO_RIGHT_RETRY_TEMPERATURE, 6)
 
 

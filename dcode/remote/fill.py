@@ -27,10 +27,13 @@ NO_FIM = (400, 404, 405, 422, 501)
 # Statuses of a server that refuses fields it does not know (dcode's `dcode` and `diffusing`):
 # OpenAI's own API says 400, a FastAPI server (transformers serve) 422. Then it is asked plainly.
 UNKNOWN_FIELDS = (400, 422)
-# The standard sampling fields dcode sets. A request carries only those the user set (a server
-# takes its own defaults for the rest): a strict server refuses some (a LLaDA server on PyPI
-# refuses top_p), and one it refuses by name is left out of a second try and of later requests.
+# The standard sampling fields dcode sets. A request carries temperature (every OpenAI-compatible
+# server takes it, and dcode's greedy default is what makes a run repeatable) and the others only
+# when the user set them (a server takes its own defaults for the rest): a strict server refuses
+# some (a LLaDA server on PyPI refuses top_p), and one it refuses by name is left out of a second
+# try and of later requests.
 SAMPLING_FIELDS = frozenset({"temperature", "top_p", "seed"})
+ALWAYS_SENT = frozenset({"temperature"})
 INCEPTION_CHAT_MODEL = "mercury-2"
 SYSTEM_NEW = "You write {language} code. Reply with the code only: one whole file, no explanations, no Markdown fences."
 SYSTEM_FILL = (
@@ -49,7 +52,7 @@ DASHES = {"sql", "lua", "haskell"}
 @dataclass(frozen=True)
 class Sampling:
     """The request fields dcode's options set; `sent` names the sampling fields a request carries
-    (SAMPLING_FIELDS the user set, or that dcode chose itself, as a repair retry's)."""
+    beside temperature (SAMPLING_FIELDS the user set, or that dcode chose itself, as a repair retry's)."""
 
     max_tokens: int
     temperature: float = 0.0
@@ -59,7 +62,8 @@ class Sampling:
 
     def fields(self) -> dict[str, Any]:
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
-        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in self.sent}}
+        sent = self.sent | ALWAYS_SENT
+        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in sent}}
 
 
 def model_of(endpoint: Endpoint) -> str:
