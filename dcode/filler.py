@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
 
 from dcode.events import Event, Span, Unit
 
 if TYPE_CHECKING:
+    from dcode.render import Describer
     from dcode.spans import Origin
     from dcode.syntax import Issue
 
@@ -43,6 +45,30 @@ class Draft:
     region_tokens: int | None = None  # an edit: tokens of the region before the edit
     extra: dict[str, object] = field(default_factory=dict)  # the filler's own --json keys
     checked: bool = False  # the filler already ran a repair of its own (a dcode server did)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who fills, as the summary line, a --json report and the history name it (never a key)."""
+
+    model: str
+    device: str | None = None  # a local model's device
+    dtype: str | None = None  # the dtype a local model runs in
+    endpoint: str | None = None  # a served model's address, without user, password or query
+
+    @property
+    def report(self) -> dict[str, object]:
+        """Its keys in a --json report: the model, and the dtype it ran in or the endpoint."""
+        if self.endpoint is not None:
+            return {"model": self.model, "endpoint": self.endpoint}
+        return {"model": self.model, "dtype": self.dtype}
+
+    @property
+    def shown(self) -> str:
+        """The summary line's name for it: "dcode-tiny in bfloat16", "mercury-2 at host"."""
+        if self.endpoint is not None:
+            return f"{self.model} at {urlsplit(self.endpoint).hostname or ''}"
+        return f"{self.model} in {self.dtype}" if self.dtype else self.model
 
 
 @dataclass(frozen=True)
@@ -72,6 +98,14 @@ class Filler(Protocol):
     def device(self) -> str: ...
     @property
     def unit(self) -> Unit: ...
+
+    def identity(self) -> Identity:
+        """Who fills: the model, and its device and dtype or the endpoint's address."""
+        ...
+
+    def describer(self, language: str) -> Describer:
+        """The live view's Describer of this filler's steps (a local model's tokens, a server's frames)."""
+        ...
 
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         """A whole new file for `request`, at most `length` tokens (`repair`: the flow will repair it)."""

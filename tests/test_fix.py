@@ -276,7 +276,7 @@ def scripted_regenerator(fill: ScriptedFill, monkeypatch: pytest.MonkeyPatch) ->
     """The command's fill is `fill`; returns the fillers it was handed (`dcode new`'s, with --test)."""
     handed: list[object] = []
 
-    def regenerator(ctx, chosen, length=None, ready=None):
+    def regenerator(run, length=None, ready=None):
         handed.append(ready)
         return fill, fixing.Fills(model="scripted")
 
@@ -358,7 +358,7 @@ import dcode.cli.fixing as fixing
 def slow(path, source, region, instruction):  # a scripted fill whose answer the tests block on
     return source.replace("return a + b + 1", "return a + b  # round 1")
 
-fixing.regenerator = lambda ctx, chosen, **_: (slow, fixing.Fills(model="scripted"))
+fixing.regenerator = lambda run, **_: (slow, fixing.Fills(model="scripted"))
 from dcode.cli import main
 sys.argv = ["dcode", "fix", "calc.py", "--test", sys.argv[1], "--no-log"]
 main()
