@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 from dcode.events import Event, Span, Unit
 
 if TYPE_CHECKING:
-    from dcode.render import Describer
     from dcode.spans import Origin
     from dcode.syntax import Issue
 
@@ -72,6 +71,16 @@ class Identity:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How the live view reads a filler's steps: a local model's token canvas (its tokenizer, mask
+    id and the ids it hides), or a server's frames (no tokenizer)."""
+
+    tokenizer: object | None = None
+    mask_id: int = -1
+    hidden: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
 class Fills:
     """What a repair try wrote: one text per span of its plan, in order."""
 
@@ -103,8 +112,8 @@ class Filler(Protocol):
         """Who fills: the model, and its device and dtype or the endpoint's address."""
         ...
 
-    def describer(self, language: str) -> Describer:
-        """The live view's Describer of this filler's steps (a local model's tokens, a server's frames)."""
+    def reading(self) -> Reading:
+        """How the live view (dcode.render.Describer) reads this filler's steps."""
         ...
 
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:

@@ -14,14 +14,13 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import TYPE_CHECKING
 
 import torch
 
 from dcode import flows
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Event, Span, Started, Step, Unit
-from dcode.filler import Draft, Fills, Identity, Plan
+from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.flows import InputError, check_room
 from dcode.models.base import Denoiser
 from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
@@ -29,9 +28,6 @@ from dcode.sampler import denoise, trim_answer
 from dcode.spans import Origin
 from dcode.syntax import Issue, normalize_language
 from dcode.window import Window, choose, narrower
-
-if TYPE_CHECKING:
-    from dcode.render import Describer
 
 __all__ = ["InputError", "ModelFiller", "check_room", "edit", "new", "repair", "repair_file"]
 
@@ -186,15 +182,9 @@ class ModelFiller:
 
         return Identity(self.model, self.device, running_dtype(self.denoiser))
 
-    def describer(self, language: str) -> Describer:
-        from dcode.render import Describer
-
+    def reading(self) -> Reading:
         facts = self.denoiser.facts
-        hidden = facts.eos_ids | {facts.pad_id}
-        tokenizer = self.denoiser.tokenizer
-        return Describer(
-            tokenizer, facts.mask_id, model=self.model, device=self.device, language=language, hidden=hidden
-        )
+        return Reading(self.denoiser.tokenizer, facts.mask_id, frozenset(facts.eos_ids | {facts.pad_id}))
 
     def prompt_for(self, request: str, language: str) -> list[int]:
         if self.prompt is not None:

@@ -803,7 +803,8 @@ def test_commands_build_their_options_from_the_declarations(command: str) -> Non
         if option.name != "repair_tries":  # `dcode repair` tries harder; see below
             assert param.default == option.default
     if command == "repair":
-        assert params["repair_tries"].default == 4 and params["repair_rounds"].min == 1
+        rounds = next(o for o in declared if o.name == "repair_rounds")
+        assert params["repair_tries"].default == 4 and rounds.min == 1  # checked by dcode.cli.resolve
     else:
         assert params["repair_tries"].default == REPAIR_TRIES_OPTION.default
     for option in SAMPLER:  # a sampler option's default is SamplerConfig's own

@@ -8,7 +8,7 @@ sampler setting is a usage error here, before anything loads. This is the one mo
 click where a value came from (the command line, a DCODE_* variable or the default); below a
 command nothing sees typer's context or an options dict.
 
-Knows no other module of dcode.cli (dcode.cli.app imports it): a bad value is click's UsageError,
+Knows no other module of dcode.cli (dcode.cli.app imports it): a bad value is an OptionError,
 which dcode.cli.app prints as one `dcode: error:` line with exit code 2.
 """
 
@@ -21,13 +21,19 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-import click
 import typer
 
 from dcode.config import SamplerConfig
 from dcode.options import SAMPLER, STANDARD, Option, fields_set_by, sampler_settings
 
 T = TypeVar("T")
+
+
+class OptionError(typer.TyperException):
+    """A bad option value: dcode.cli.app prints it as one `dcode: error:` line, exit 2."""
+
+    exit_code = 2
+
 UNSET = ("DEFAULT", "DEFAULT_MAP")  # click's sources of a value the user did not give
 
 
@@ -119,7 +125,7 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
     for option in options:
         problem = out_of_bounds(option, values.get(option.name))
         if problem:
-            raise click.UsageError(f"{flags[option.name]} must be {problem}")
+            raise OptionError(f"{flags[option.name]} must be {problem}")
 
     def value(name: str, default: Any = None) -> Any:
         return values.get(name, table[name].default if name in table else default)
@@ -127,7 +133,7 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
     try:
         config = sampler_settings(values)
     except ValueError as error:
-        raise click.UsageError(str(error)) from None
+        raise OptionError(str(error)) from None
     explicit = frozenset(fields_set_by(given))
     fills: Local | Remote = Local(value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit)
     if value("endpoint"):
@@ -180,12 +186,12 @@ def _scalar(value: object) -> bool:
     return isinstance(value, bool | int | float | str)
 
 
-def _source(ctx: click.Context, name: str) -> str | None:
+def _source(ctx: typer.Context, name: str) -> str | None:
     source = ctx.get_parameter_source(name)
     return source.name if source is not None else None
 
 
-def explicit_sampler_fields(ctx: click.Context) -> set[str]:
+def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
     """SamplerConfig fields the user set, on the command line or through a DCODE_* variable."""
     return fields_set_by(o.name for o in SAMPLER if o.name in ctx.params and _source(ctx, o.name) not in UNSET)
 
@@ -203,7 +209,7 @@ def env_named(error: Exception) -> str:
     return message
 
 
-def command_line(ctx: click.Context, given: frozenset[str]) -> str:
+def command_line(ctx: typer.Context, given: frozenset[str]) -> str:
     """The running command as a shell line, from what click parsed (not sys.argv, which is the
     caller's when dcode runs inside another program): `dcode bench speed --limit 5 ...`, naming
     every option the command line or a DCODE_* variable set."""

@@ -64,9 +64,15 @@ def live(
     event. Its errors are the caller's: run_flow turns them into exit codes, `dcode fix` into a
     region skipped. `closes`: the view closes when the flow is done."""
     from dcode import tui
+    from dcode.render import Describer
 
     mode = view_mode(view.quiet, view.live)
-    return tui.run_live(lambda: flow(filler), filler.describer(language), view=mode, exit_when_done=closes)
+    reading = filler.reading()
+    describer = Describer(
+        reading.tokenizer, reading.mask_id, model=filler.model, device=filler.device, language=language,
+        hidden=reading.hidden,
+    )  # fmt: skip
+    return tui.run_live(lambda: flow(filler), describer, view=mode, exit_when_done=closes)
 
 
 def make_filler(run: Resolved[object]) -> Filler:

@@ -12,20 +12,17 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
-from dcode.filler import Draft, Fills, Identity, Plan
+from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
 from dcode.remote.fill import Sampling
 from dcode.remote.streams import Answer, Mode, pieces
 from dcode.spans import Origin, fit_line_span
 from dcode.syntax import Issue
-
-if TYPE_CHECKING:
-    from dcode.render import Describer
 
 
 def fill_budget(old: str, room: int) -> int:
@@ -108,10 +105,8 @@ class EndpointFiller:
     def identity(self) -> Identity:
         return Identity(self.model, endpoint=self.endpoint.shown)
 
-    def describer(self, language: str) -> Describer:
-        from dcode.render import Describer
-
-        return Describer(None, -1, model=self.model, device=self.device, language=language)
+    def reading(self) -> Reading:
+        return Reading()  # frames, not tokens
 
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         ask = replace(self.sampling, max_tokens=length)
