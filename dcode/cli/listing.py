@@ -206,21 +206,18 @@ class Pull:
     revision: str | None
 
 
+ModelId = Annotated[str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")]
+
+
 @models_app.command("pull")
 @with_options(*PULL, own=Pull)
-def models_pull(
-    model_id: Annotated[
-        str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")
-    ],
-    run: Resolved[Pull],
-) -> None:
+def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
     from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family
 
-    revision, quiet = run.own.revision, run.view.quiet
-
     # 1) validate without the network
+    revision, quiet = run.own.revision, run.view.quiet
     entry = catalogue.find(model_id)
     if entry is not None and not entry.family:
         fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)
