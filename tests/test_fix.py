@@ -488,6 +488,10 @@ def test_new_with_test_that_still_fails_exits_4(project: Path, monkeypatch: pyte
         (["-o", "-", "--test", "true"], "--test runs on the written file: give it with -o FILE"),
         (["-o", "x.py", "--test", " "], "no test command: pass --test CMD (for example --test 'python -m pytest -q')"),
         (["-o", "x.py", "--test", "true", "--test-timeout", "0"], "--test-timeout must be more than 0 seconds"),
+        (
+            ["-o", "x.py", "--test", "true", "--test-timeout", "inf"],
+            "--test-timeout must be a finite number of seconds",
+        ),
     ],
 )
 def test_new_test_without_a_file_is_a_usage_error(project: Path, args: list[str], message: str) -> None:
