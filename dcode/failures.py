@@ -78,6 +78,25 @@ def counts(output: str) -> Counts | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Echoing output
+
+# Escape sequences (CSI: colours, clear-screen, cursor moves; OSC: window titles, hyperlinks; DCS,
+# SOS, PM, APC strings; two-byte ESC X), then any control byte left but tab and newline (C0, DEL, C1).
+_ESCAPES = re.compile(
+    r"(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\|\x9c|(?=\n)|$)"  # OSC, DCS, SOS, PM, APC
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI
+    r"|\x1b[ -/]*[0-~]?"  # any other ESC sequence
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # control bytes but tab and newline
+)
+
+
+def printable(text: str) -> str:
+    """Text a command printed, safe to echo on a terminal: escape sequences and control bytes
+    removed (tabs and newlines kept). Example: printable("\x1b]0;pwned\x07E  \x1b[31massert\x1b[0m") -> "E  assert"."""
+    return _ESCAPES.sub("", text)
+
+
+# ---------------------------------------------------------------------------------------------
 # Failures
 
 _PYTEST_SECTIONS = re.compile(r"^=+ (FAILURES|ERRORS) =+$", re.MULTILINE)

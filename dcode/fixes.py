@@ -37,7 +37,13 @@ def deleted(old: str, new: str, names: bool = True) -> bool:
     before, after = code_lines(old), code_lines(new)
     if (before > 0 and after == 0) or (before >= 3 and 2 * after < before):
         return True
-    return names and not set(DEFINED.findall(old)) <= set(DEFINED.findall(new))
+    return names and bool(dropped_names(old, new))
+
+
+def dropped_names(old: str, new: str) -> set[str]:
+    """The function and type names old defines that new does not.
+    Example: dropped_names("def f(): ...\ndef g(): ...", "def f(): ...") -> {"g"}."""
+    return set(DEFINED.findall(old)) - set(DEFINED.findall(new))
 
 
 def narrowest(old: str, new: str, language: str, found: list[Issue]) -> tuple[str, list[Issue], int]:

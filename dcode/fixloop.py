@@ -1,11 +1,13 @@
 """`dcode fix`'s loop: run the test command, regenerate the regions its failures point into, run it
 again; keep the best state, undo a round that makes things worse.
 
-Owns: running the command (through the shell, in the current folder, its process group killed on
-timeout or interrupt), judging a run against the best one (dcode.failures' counts and locations),
-and the files' promises: each original backed up once (FILE.orig, by dcode.edit), atomic writes
-(dcode.files), the best state restored on any exit, Ctrl-C included. Which files may change, the
-regions and the instructions are dcode.fixtargets'.
+Owns: running the command (through the shell, in the current folder, its output to a temporary
+file; the run ends with the shell or at the timeout, and what it left in its process group is
+killed), judging a run against the best one (dcode.failures' counts and locations), refusing a fill
+that deletes code no failing test asks for, and the best state restored on any exit, Ctrl-C
+included. The files' promises (backups, atomic writes, locks, undoing only what dcode wrote) are
+dcode.fixfiles'; which files may change, the regions and the instructions dcode.fixtargets'. The
+keys in Settings.secrets are redacted (dcode.history.redact) from the output and the instructions.
 
 Knows nothing about models, endpoints, argv or the terminal: the fill is one callable,
 `regenerate(path, source, region, instruction) -> new source` (a dcode.filler.FillError skips the
@@ -19,15 +21,19 @@ import contextlib
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from dcode.failures import Counts, Failure, counts, parse
 from dcode.filler import FillError
-from dcode.fixtargets import Target, Targets, instruction, pick
+from dcode.fixes import code_lines, dropped_names
+from dcode.fixfiles import Untouchable, Workspace, default_locks
+from dcode.fixtargets import Target, Targets, called_names, instruction, pick
+from dcode.history import redact
 
 # (path, source, byte region, instruction) -> source. A region it cannot serve (too long for the
 # model's context, say) raises dcode.filler.FillError: skipped, the loop goes on.
@@ -44,6 +50,8 @@ class Settings:
     budget: int = 1200  # characters of failure text in an instruction: room for the code in a small context
     most_regions: int = 4  # regions regenerated per round; the rest wait for the next round
     lines_around: int = 3  # lines each side of a failing line that no function encloses
+    secrets: tuple[str, ...] = ()  # keys dcode holds: redacted from the command's output and the instructions
+    locks: Path | None = field(default_factory=default_locks)  # the folder of per-file locks; None: none
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,32 +111,40 @@ class Run:
 
 
 def run_command(command: str, timeout: float, cwd: Path | None = None) -> Run:
-    """Run `command` through the shell in its own process group; on timeout, or when dcode itself
-    is interrupted, the whole group is killed (a test runner's children too)."""
+    """Run `command` through the shell in its own process group, its output to a temporary file
+    (not a pipe: a detached child that keeps the output open cannot hold the run). The run is the
+    shell's: it ends when the shell exits, or at `timeout`; then the rest of its group is killed
+    (a test runner's children too), as it is when dcode itself is interrupted."""
     began = time.perf_counter()
-    process = subprocess.Popen(
-        command,
-        shell=True,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a group of its own: Ctrl-C reaches dcode, which ends the group
-    )
-    timed_out = False
-    try:
-        raw, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(process)
-        raw, _ = process.communicate()
-    except BaseException:
-        _kill_group(process)
-        process.wait()
-        raise
-    output = raw.decode("utf-8", errors="replace")
-    code = process.returncode
-    return Run(code, output, time.perf_counter() - began, counts(output), tuple(parse(output)), timed_out)
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own: Ctrl-C reaches dcode, which ends the group
+        )
+        timed_out = False
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # what it left running in its group ends with it (also when dcode is interrupted)
+            _kill_group(process)
+            process.wait()
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        output = out.read().decode("utf-8", errors="replace")
+    return Run(process.returncode, output, seconds, counts(output), tuple(parse(output)), timed_out)
+
+
+def hidden(run: Run, secrets: tuple[str, ...]) -> Run:
+    """The run with the keys dcode holds taken out of its output (and so out of its failures, the
+    instructions made of them, the history and the terminal)."""
+    output = redact(run.output, secrets)
+    return run if output == run.output else replace(run, output=output, failures=tuple(parse(output)))
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -159,68 +175,6 @@ def judge(new: Run, best: Run) -> Judgement:
     if new.problems < best.problems or further or (best.timed_out and not new.timed_out):
         return "better"
     return "same"
-
-
-# ---------------------------------------------------------------------------------------------
-# The files: originals, best state, backups
-
-
-@dataclass
-class Workspace:
-    """The files a fix has read or written: the original and best text of each, the backups taken
-    (once a file, before its first write) and what is on disk now."""
-
-    original: dict[Path, str] = field(default_factory=dict)
-    best: dict[Path, str] = field(default_factory=dict)
-    current: dict[Path, str] = field(default_factory=dict)
-    backups: dict[Path, Path] = field(default_factory=dict)
-
-    def read(self, path: Path) -> str:
-        if path not in self.current:
-            from dcode.files import read_source
-
-            text = read_source(path)
-            self.original[path] = self.best[path] = self.current[path] = text
-        return self.current[path]
-
-    def write(self, path: Path, text: str) -> None:
-        """Back the file up (FILE.orig) before its first write, then replace it atomically."""
-        from dcode.edit import write_backup
-        from dcode.files import atomic_write
-
-        self.read(path)
-        if path not in self.backups:
-            self.backups[path] = write_backup(path)
-        atomic_write(path, text)
-        self.current[path] = text
-
-    def keep(self) -> None:
-        """What is on disk is the new best state."""
-        self.best = dict(self.current)
-
-    def restore(self) -> None:
-        """Put the best state back on disk wherever it is not (an undone round, an interrupt)."""
-        from dcode.files import atomic_write
-
-        for path, text in self.best.items():
-            if self.current[path] != text:
-                atomic_write(path, text)
-                self.current[path] = text
-
-    def drop_needless_backups(self) -> None:
-        """A file that ends as it began needs no backup: it goes (only one this fix made)."""
-        for path, backup in list(self.backups.items()):
-            if self.current[path] == self.original[path]:
-                with contextlib.suppress(OSError):
-                    backup.unlink()
-                del self.backups[path]
-
-    def state(self) -> tuple[tuple[Path, str], ...]:
-        """What is on disk now, comparable with another round's."""
-        return tuple(sorted(self.current.items()))
-
-    def changed(self) -> list[Path]:
-        return [p for p in self.original if self.current[p] != self.original[p]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,10 +236,14 @@ class Fixed:
     original: dict[Path, str]
     seconds: float
     note: str = ""  # why the loop stopped before its last round
+    left: tuple[Path, ...] = ()  # files someone else changed during the run, left as they left them
+    final: dict[Path, str] = field(default_factory=dict)  # each file dcode changed: its text as dcode last wrote it
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.best.passes else 4
+        """0 when the command passes on the files as they are; 4 when it still fails, or when a
+        file was changed by someone else during the run (the state on disk was never tested)."""
+        return 0 if self.best.passes and not self.left else 4
 
 
 FixEvent = Tested | Rewriting | Rewrote | Skipped | Fixed
@@ -298,10 +256,29 @@ def fix(
     run: Callable[[str, float, Path | None], Run] = run_command,
 ) -> Iterator[FixEvent]:
     """Run, regenerate, run again, up to settings.rounds; the files end at the best state reached,
-    whatever ends the loop (an exception or Ctrl-C in the middle of a round too)."""
+    whatever ends the loop (an exception or Ctrl-C in the middle of a round too), except a file
+    someone else changed meanwhile, which stays as they left it. Each file named is locked before
+    the first run (dcode.fixfiles.Busy when another fix holds it), a folder's files at their first write."""
+    space = Workspace(locks=settings.locks)
+    try:
+        for path in sorted(targets.files):
+            space.lock(path)
+        yield from _loop(
+            targets,
+            settings,
+            regenerate,
+            lambda: hidden(run(settings.command, settings.timeout, None), settings.secrets),
+            space,
+        )
+    finally:
+        space.release()
+
+
+def _loop(
+    targets: Targets, settings: Settings, regenerate: Regenerate, test: Callable[[], Run], space: Workspace
+) -> Iterator[FixEvent]:
     began = time.perf_counter()
-    space = Workspace()
-    first = best = current = run(settings.command, settings.timeout, None)
+    first = best = current = test()
     yield Tested(0, first, "first", best)
     rounds, note, worse_before = 0, "", None
     kept: tuple[Rewrote, ...] = ()
@@ -324,7 +301,7 @@ def fix(
             if space.state() in undone:  # a greedy fill answers the same request the same way
                 note = "the fills repeated a round already undone"
                 break
-            after = run(settings.command, settings.timeout, None)
+            after = test()
             judged = judge(after, best)
             if judged == "worse":
                 undone.add(space.state())
@@ -338,9 +315,13 @@ def fix(
             yield Tested(number, after, judged, best)
     finally:
         space.restore()  # the best state, also when interrupted mid-round
+        space.settle()
         space.drop_needless_backups()
     changed, seconds = tuple(space.changed()), time.perf_counter() - began
-    yield Fixed(first, best, rounds, kept, changed, dict(space.backups), dict(space.original), seconds, note)
+    yield Fixed(
+        first, best, rounds, kept, changed, dict(space.backups), dict(space.original), seconds, note,
+        tuple(space.left), space.written(),
+    )  # fmt: skip
 
 
 def _rewrite(
@@ -352,11 +333,18 @@ def _rewrite(
     worse_before: str | None,
 ) -> Generator[FixEvent, None, list[Rewrote]]:
     """One round's fills, each region through `regenerate`, written as it comes; a file's regions
-    are filled from its end, so the spans of those above stay true. Returns what was rewritten."""
+    are filled from its end, so the spans of those above stay true. A region of a file dcode may
+    not write now (read-only, locked, changed by someone else) is skipped before its fill, a fill
+    that deletes code the tests did not ask about is refused. Returns what was rewritten."""
     done: list[Rewrote] = []
     for target in sorted(picked, key=lambda t: (str(t.path), -t.region[0])):
-        asked = instruction(target, settings.command, settings.budget, worse_before)
+        asked = redact(instruction(target, settings.command, settings.budget, worse_before), settings.secrets)
         yield Rewriting(number, target, asked)
+        try:
+            space.check(target.path)
+        except Untouchable as why:
+            yield Skipped(number, target, str(why))
+            continue
         source = space.read(target.path)
         try:
             new = regenerate(target.path, source, target.region, asked)
@@ -366,18 +354,36 @@ def _rewrite(
         if new == source:
             yield Skipped(number, target, "the fill changed nothing")
             continue
-        space.write(target.path, new)
         tail = len(source.encode()) - target.region[1]
-        rewrote = Rewrote(
-            number,
-            target.path,
-            target.region,
-            (target.region[0], len(new.encode()) - tail),
-            target.symbol,
-            asked,
-            source,
-            new,
-        )
+        new_region = (target.region[0], len(new.encode()) - tail)
+        refused = deletes(_text(source, target.region), _text(new, new_region), target.failures)
+        try:
+            if refused:
+                raise Untouchable(refused)
+            space.write(target.path, new)
+        except Untouchable as why:
+            yield Skipped(number, target, str(why))
+            continue
+        tail = len(source.encode()) - target.region[1]
+        rewrote = Rewrote(number, target.path, target.region, new_region, target.symbol, asked, source, new)
         done.append(rewrote)
         yield rewrote
     return done
+
+
+def _text(source: str, region: tuple[int, int]) -> str:
+    return source.encode()[region[0] : region[1]].decode(errors="replace")
+
+
+def deletes(before: str, after: str, failures: tuple[Failure, ...]) -> str | None:
+    """Why a region's fill is refused for deleting code, or None: it leaves out a function or type
+    the region defined that no failing test calls (dcode.fixes.dropped_names, as the repair pass
+    judges), or it leaves no code where there was some.
+    Example: deletes("def f():\n    return 1\n\ndef g(): ...", "def f():\n    return 2\n", ()) -> "... g ..."."""
+    asked = set().union(*(called_names(f) for f in failures))
+    gone = sorted(dropped_names(before, after) - asked)
+    if gone:
+        return f"the fill deletes {', '.join(gone)}, which no failing test asks for"
+    if code_lines(before) and not code_lines(after):
+        return "the fill deletes the region's code"
+    return None

@@ -120,7 +120,7 @@ def enclosing(source: str, language: str | None, line: int, around: int) -> tupl
     return (starts[first - 1], starts[last] if last < len(starts) else len(data)), None
 
 
-def _called_names(failure: Failure) -> set[str]:
+def called_names(failure: Failure) -> set[str]:
     """Names called in a failure's assertion context: `assert add(1, 2) == 3` -> {"add"}."""
     return set(re.findall(r"([A-Za-z_]\w*)\s*\(", f"{failure.context}\n{failure.message}"))
 
@@ -140,7 +140,7 @@ def pick(failures: tuple[Failure, ...], targets: Targets, read: Callable[[Path],
             region, symbol = enclosing(source, _language(path), frame.line, around)
             picked.append(Target(path, region, symbol, (failure,)))
         else:
-            picked.extend(_by_name(failure, sources() if _called_names(failure) else [], symbols))
+            picked.extend(_by_name(failure, sources() if called_names(failure) else [], symbols))
     return merged(picked)
 
 
@@ -158,7 +158,7 @@ def _symbols(read: Callable[[Path], str], path: Path) -> list[Symbol]:
 
 def _by_name(failure: Failure, sources: Iterable[Path], symbols: Callable[[Path], list[Symbol]]) -> list[Target]:
     """The functions among `sources` that the failing assertion calls by name."""
-    names = _called_names(failure)
+    names = called_names(failure)
     return [
         Target(path, (s.start_byte, s.end_byte), s.name, (failure,))
         for path in sources

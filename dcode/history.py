@@ -2,7 +2,9 @@
 
 Owns: the database's schema, writing a record (`record`), reading the latest ones (`latest`) and
 one by id (`get`), and keeping secrets out (`scrub`: settings named like a key, token, secret or
-password are dropped; an endpoint URL loses its user, password and query). Every failure of the
+password are dropped; an endpoint URL loses its user, password and query; `redact`: the keys dcode
+holds are taken out of any text, here and in what `dcode fix` sends). A database written by a newer
+dcode (more columns) is read for the columns this one knows. Every failure of the
 database (locked, corrupt, read-only, a folder that cannot be made) is a HistoryError with a
 one-line message, for the command to turn into a warning: the history never costs an answer.
 
@@ -16,7 +18,7 @@ import contextlib
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -99,6 +101,17 @@ def scrub(settings: Mapping[str, object]) -> dict[str, object]:
     return {name: value for name, value in settings.items() if not _SECRET.search(name)}
 
 
+REDACTED = "[redacted]"
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each key dcode holds (an endpoint's key) replaced by [redacted]; strings under 4
+    characters are not taken for keys. Example: redact("KEY=sk-9f2c", ["sk-9f2c"]) -> "KEY=[redacted]"."""
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def clean_url(url: str | None) -> str | None:
     """An endpoint URL without user, password, query or fragment (where keys hide), as messages
     show it (remote.client.Endpoint.shown). Example: clean_url("https://me:sk@[::1]:8/v1?key=1")
@@ -135,13 +148,17 @@ def connected(path: Path, create: bool = True) -> Iterator[sqlite3.Connection]:
         connection.close()
 
 
-def record(path: Path, entry: Entry, now: Callable[[], datetime] = utc_now) -> int:
-    """Write one record (secrets scrubbed); returns its id. HistoryError when the database fails."""
+def record(path: Path, entry: Entry, now: Callable[[], datetime] = utc_now, secrets: Iterable[str | None] = ()) -> int:
+    """Write one record (secrets scrubbed, the keys in `secrets` redacted from every text); returns
+    its id. HistoryError when the database fails."""
+    secrets = tuple(secrets)
+    hide = lambda value: redact(value, secrets) if isinstance(value, str) else value  # noqa: E731
+    settings = {name: hide(value) for name, value in scrub(entry.settings).items()}
     row = {
-        **{f.name: getattr(entry, f.name) for f in fields(Entry) if f.name not in ("id", "time")},
+        **{f.name: hide(getattr(entry, f.name)) for f in fields(Entry) if f.name not in ("id", "time")},
         "time": now().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "endpoint": clean_url(entry.endpoint),
-        "settings": json.dumps(scrub(entry.settings), sort_keys=True, default=str),
+        "settings": json.dumps(settings, sort_keys=True, default=str),
         "files": json.dumps(files_json(entry.files)),
     }
     names = ", ".join(row)
@@ -155,8 +172,12 @@ def files_json(files: tuple[Touched, ...]) -> list[dict[str, object]]:
     return [{"path": t.path, "regions": [list(r) for r in t.regions]} for t in files]
 
 
+KNOWN = frozenset(f.name for f in fields(Entry))
+MOST = 2**63 - 1  # SQLite's largest integer: a larger id names no record, a larger count is all of them
+
+
 def _entry(row: sqlite3.Row) -> Entry:
-    values = dict(row)
+    values = {name: value for name, value in dict(row).items() if name in KNOWN}  # a newer schema's extras left out
     files = tuple(Touched(f["path"], tuple(tuple(r) for r in f["regions"])) for f in json.loads(values.pop("files")))
     return Entry(**{**values, "settings": json.loads(values.pop("settings")), "files": files})  # type: ignore[arg-type]
 
@@ -167,12 +188,13 @@ def latest(path: Path, count: int = 20) -> list[Entry]:
         return []
     with connected(path, create=False) as db:
         db.row_factory = sqlite3.Row
-        return [_entry(r) for r in db.execute("SELECT * FROM records ORDER BY id DESC LIMIT ?", (count,))]
+        rows = db.execute("SELECT * FROM records ORDER BY id DESC LIMIT ?", (min(count, MOST),))
+        return [_entry(r) for r in rows]
 
 
 def get(path: Path, id: int) -> Entry | None:
     """The record `id`, or None."""
-    if not path.exists():
+    if not path.exists() or not -MOST - 1 <= id <= MOST:
         return None
     with connected(path, create=False) as db:
         db.row_factory = sqlite3.Row

@@ -298,6 +298,7 @@ TEST_TIMEOUT = Option(
     float,
     300.0,
     above=0,
+    max=7 * 24 * 3600.0,  # a week: inf or 1e300 would overflow the clocks that wait for it
     unit="seconds",
     recorded=True,
 )

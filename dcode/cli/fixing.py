@@ -4,8 +4,9 @@ The loop, the files' promises and the judging are dcode.fixloop's; this module r
 builds the one fill the loop calls (`regenerator`: dcode.flows.edit over a filler, the local model
 or an endpoint, under the live view as `dcode edit` draws it), prints the rounds and the summary,
 records each round in the history, and picks the exit code: 0 the command passes, 4 it still
-fails (the files at the best state reached), 1 runtime, 2 usage, 130/143 interrupted (the best
-state restored first).
+fails (the files at the best state reached) or a file was changed by someone else during the run,
+1 runtime (a file another fix holds among others), 2 usage, 130/143 interrupted (the best state
+restored first).
 
 `dcode new ... -o FILE --test CMD` runs the same loop on the written file: `fix_written`.
 """
@@ -13,6 +14,7 @@ state restored first).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +47,23 @@ def fix_command(
     """Run --test; while it fails, regenerate the function (or lines) each failure points into and
     run it again, up to --rounds. A round that makes things worse is undone; the files end at the
     best state reached (originals kept as FILE.orig). Exit 0 passes, 4 still fails."""
-    from dcode.fixloop import Settings, Targets
+    from dcode.fixloop import Targets
 
     test = checked_test(run, needed=True)
     assert test is not None
     targets = Targets.of(check_paths(paths), Path.cwd())
     regenerate, fills = regenerator(run, length=run.length)
-    run_fix(targets, Settings(test, run.testing.rounds, run.testing.timeout), regenerate, fills, run)
+    run_fix(targets, fix_settings(run, test), regenerate, fills, run)
+
+
+def fix_settings(run: Resolved[object], test: str) -> Settings:
+    """The loop's settings from the options, with the keys dcode holds (the options marked secret,
+    else the variables an endpoint's key comes from): redacted from what the loop reads, sends and records."""
+    from dcode.fixloop import Settings
+
+    keys = (*run.secrets, os.environ.get("INCEPTION_API_KEY"), os.environ.get("OPENAI_API_KEY"))
+    secrets = tuple(k for k in keys if k)
+    return Settings(test, run.testing.rounds, run.testing.timeout, secrets=secrets)
 
 
 def checked_test(run: Resolved[object], needed: bool) -> str | None:
@@ -179,6 +191,7 @@ def run_fix(
     history's records, and the exit code. Ctrl-C / SIGTERM: the best state is back before exit."""
     from dcode import fixloop
     from dcode.files import FileProblem
+    from dcode.fixfiles import CHANGED, Busy
 
     quiet, log = run.view.quiet, run.log
     seen: list[FixEvent] = []
@@ -188,17 +201,19 @@ def run_fix(
             if not quiet:
                 say(event, settings.command)
     except typer.Exit as stop:  # a server that failed, a model that would not load: the files are back
-        record_rounds(seen, fills, settings.command, log, stop.exit_code)
+        record_rounds(seen, fills, settings, log, stop.exit_code)
         raise
     except KeyboardInterrupt as error:  # the loop has put the best state back
-        record_rounds(seen, fills, settings.command, log, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
+        record_rounds(seen, fills, settings, log, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
         interrupted(error)
     except OSError as error:
-        record_rounds(seen, fills, settings.command, log, RUNTIME)
+        record_rounds(seen, fills, settings, log, RUNTIME)
         where = f"{error.filename}: " if error.filename else ""
         fail(f"fix stopped: {where}{error.strerror or error}", RUNTIME)
+    except Busy as error:  # another dcode fix holds a file named: refused before the first run
+        fail(f"{shown(error.path)}: {error}", RUNTIME)
     except FileProblem as error:  # a file the failures point into that cannot be read
-        record_rounds(seen, fills, settings.command, log, RUNTIME)
+        record_rounds(seen, fills, settings, log, RUNTIME)
         fail(f"fix stopped: {error}", RUNTIME)
     done = seen[-1]
     assert isinstance(done, fixloop.Fixed)
@@ -207,9 +222,12 @@ def run_fix(
     elif report_too and run.output.diff:
         sys.stdout.write(patch(done))
         sys.stdout.flush()
+    for path in done.left:  # said even with --quiet: the user's own edit is at stake
+        backup = f" (backup {shown(done.backups[path])})" if path in done.backups else ""
+        typer.echo(f"dcode: warning: {shown(path)} was {CHANGED}{backup}", err=True)
     if not quiet:
         typer.echo(summary(done, fills), err=True)
-    record_rounds(seen, fills, settings.command, log, done.exit_code)
+    record_rounds(seen, fills, settings, log, done.exit_code)
     raise typer.Exit(done.exit_code)
 
 
@@ -224,15 +242,15 @@ def shown(path: Path) -> str:
 def say(event: FixEvent, command: str) -> None:
     """One line on stderr per run, region and skipped region."""
     from dcode.edit import describe
+    from dcode.failures import printable
     from dcode.fixloop import Rewriting, Skipped, Tested
 
     if isinstance(event, Tested) and event.round == 0:
         typer.echo(f"dcode: fix: {command}: {event.run.verdict} ({event.run.seconds:.1f} s)", err=True)
         for failure in event.run.failures[:3]:
             where = f"{failure.frames[-1].path}:{failure.frames[-1].line}: " if failure.frames else ""
-            typer.echo(
-                f"dcode:   {where}{failure.test + ': ' if failure.test else ''}{failure.message}"[:160], err=True
-            )
+            said = printable(f"{where}{failure.test + ': ' if failure.test else ''}{failure.message}")
+            typer.echo(f"dcode:   {said}"[:160], err=True)
     elif isinstance(event, Tested):
         note = {"worse": " (worse: undone)", "same": " (no better)", "better": ""}.get(event.judged, "")
         typer.echo(f"dcode: round {event.round}: {event.run.verdict}{note}", err=True)
@@ -242,22 +260,25 @@ def say(event: FixEvent, command: str) -> None:
         what = f"{target.symbol} ({where})" if target.symbol else where
         typer.echo(f"dcode: round {event.round}: regenerating {shown(target.path)}: {what}", err=True)
     elif isinstance(event, Skipped):
-        typer.echo(f"dcode: round {event.round}: skipped {shown(event.target.path)}: {event.reason}", err=True)
+        reason = printable(event.reason)
+        typer.echo(f"dcode: round {event.round}: skipped {shown(event.target.path)}: {reason}", err=True)
 
 
 def summary(done: Fixed, fills: Fills) -> str:
     """The last line: passes or not, before -> after, rounds, files changed and their backups, time."""
     if done.rounds == 0 and done.first.passes:
         return f"dcode: passes: {done.first.verdict}; nothing to fix"
-    state = "passes" if done.best.passes else "still fails"
+    state = "still fails" if not done.best.passes else "untested" if done.left else "passes"
     line = (
         f"dcode: {state}: {done.first.verdict} -> {done.best.verdict} in {done.rounds} round(s), {done.seconds:.1f} s"
     )
     if done.changed:
         changed = ", ".join(f"{shown(p)} (backup {shown(done.backups[p])})" for p in done.changed if p in done.backups)
         line += f"; changed {changed}"
-    elif done.rounds:
+    elif done.rounds and not done.left:
         line += "; files unchanged"
+    if done.left:
+        line += f"; left as someone else left it: {', '.join(shown(p) for p in done.left)}"
     if done.note:
         line += f"; {done.note}"
     if fills.model and done.rounds:
@@ -268,7 +289,7 @@ def summary(done: Fixed, fills: Fills) -> str:
 def patch(done: Fixed) -> str:
     from dcode.edit import unified_diff
 
-    return "".join(unified_diff(done.original[p], p.read_text(), shown(p)) for p in done.changed)
+    return "".join(unified_diff(done.original[p], text, shown(p)) for p, text in done.final.items())
 
 
 def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) -> dict[str, object]:
@@ -296,6 +317,7 @@ def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) 
         "rounds": rounds,
         "files": [{"path": shown(p), "backup": shown(done.backups[p])} for p in done.changed if p in done.backups],
         "diff": patch(done),
+        **({"left": [shown(p) for p in done.left]} if done.left else {}),
         "model": fills.model,
         "endpoint": fills.endpoint,
         "seconds": round(done.seconds, 3),
@@ -303,8 +325,9 @@ def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) 
     }
 
 
-def record_rounds(seen: list[FixEvent], fills: Fills, test: str, log: bool, exit_code: int) -> None:
-    """One history record per round (round 0 alone when no round ran), each with the exit code."""
+def record_rounds(seen: list[FixEvent], fills: Fills, settings: Settings, log: bool, exit_code: int) -> None:
+    """One history record per round (round 0 alone when no round ran), each with the exit code and
+    the keys in `settings.secrets` redacted; a history that fails costs one warning, not one a round."""
     from dcode.edit import lines_of, unified_diff
     from dcode.fixloop import Rewrote, Tested
     from dcode.history import Entry, Touched
@@ -320,7 +343,7 @@ def record_rounds(seen: list[FixEvent], fills: Fills, test: str, log: bool, exit
             "fix",
             prompt="\n\n".join(r.instruction for r in rewrote) or None,
             model=fills.model, dtype=fills.dtype, device=fills.device, endpoint=fills.endpoint,
-            settings={"test": test, **fills.settings},
+            settings={"test": settings.command, **fills.settings},
             files=files,
             answer="".join(unified_diff(r.before, r.after, shown(r.path)) for r in rewrote) or None,
             tokens=fills.tokens if run.round else None,
@@ -328,7 +351,8 @@ def record_rounds(seen: list[FixEvent], fills: Fills, test: str, log: bool, exit
             seconds=round(run.run.seconds, 3),
             exit_code=exit_code, round=run.round, verdict=run.run.verdict,
         )  # fmt: skip
-        remember(entry, log)
+        if remember(entry, log, settings.secrets) is None:
+            return
 
 
 def fix_written(run: Resolved[object], filler: Filler, path: Path, test: str) -> None:
@@ -336,8 +360,7 @@ def fix_written(run: Resolved[object], filler: Filler, path: Path, test: str) ->
     filler that wrote it and the command's options (the model, sampler, repair, view and endpoint
     groups, --rounds, --test-timeout, --log); new's --json was new's report. Exits with fix's code
     (0 passes, 4 still fails)."""
-    from dcode.fixloop import Settings, Targets
+    from dcode.fixloop import Targets
 
     regenerate, fills = regenerator(run, ready=filler)
-    settings = Settings(test, run.testing.rounds, run.testing.timeout)
-    run_fix(Targets.of([path], Path.cwd()), settings, regenerate, fills, run, report_too=False)
+    run_fix(Targets.of([path], Path.cwd()), fix_settings(run, test), regenerate, fills, run, report_too=False)

@@ -36,15 +36,15 @@ def log_path() -> Path:
     return Path(data) / "dcode" / "logs.db"
 
 
-def remember(entry: Entry, log: bool = True) -> int | None:
-    """Add `entry` to the history unless `log` is off (--no-log, DCODE_LOG=0); returns its id. A
-    database problem is one warning line on stderr and None: never an exit."""
+def remember(entry: Entry, log: bool = True, secrets: tuple[str | None, ...] = ()) -> int | None:
+    """Add `entry` to the history unless `log` is off (--no-log, DCODE_LOG=0), the keys in `secrets`
+    redacted; returns its id. A database problem is one warning line on stderr and None: never an exit."""
     from dcode import history
 
     if not log:
         return None
     try:
-        return history.record(log_path(), entry)
+        return history.record(log_path(), entry, secrets=secrets)
     except history.HistoryError as error:
         typer.echo(f"dcode: warning: not recorded in the history: {error}", err=True)
         return None

@@ -34,6 +34,7 @@ class OptionError(typer.TyperException):
 
     exit_code = 2
 
+
 UNSET = ("DEFAULT", "DEFAULT_MAP")  # click's sources of a value the user did not give
 
 
@@ -107,6 +108,7 @@ class Resolved(Generic[T]):
     own: T  # the command's own options
     line: str  # the command as a shell line, naming what the user set (a benchmark's provenance)
     subcommand: str | None  # a group's callback: the subcommand about to run
+    secrets: tuple[str, ...] = field(default=(), repr=False)  # values of the options marked secret, to redact
     from_env: frozenset[str] = frozenset()
     flags: Mapping[str, str] = field(default_factory=dict)
 
@@ -159,6 +161,7 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
         own=own(**{f.name: values[f.name] for f in fields(own) if f.name in values}) if own else None,  # type: ignore[arg-type]
         line=command_line(ctx, given),
         subcommand=ctx.invoked_subcommand,
+        secrets=tuple(str(values[o.name]) for o in options if o.secret and values.get(o.name)),
         from_env=from_env,
         flags=MappingProxyType(flags),
     )
