@@ -68,7 +68,7 @@ def speed_command(run: Resolved[Speed]) -> None:
     one-token-per-pass schedule, dcode's fast settings and an autoregressive model, in one process."""
     from dcode.bench.speed import run_speed
 
-    chosen, length = run.own, run.length
+    chosen, length = run.own, run.tokens
     rows = read_rows(chosen)
 
     def measure(denoiser: Any, settings: list[Any], bar: Progress | None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def quality_command(run: Resolved[Quality]) -> None:
     from dcode.bench.quality import load_problems, run_quality
     from dcode.bench.sandbox import Limits
 
-    chosen, length, rounds = run.own, run.length, run.repair.rounds
+    chosen, length, rounds = run.own, run.tokens, run.repair.rounds
     rows = read_rows(chosen, "matplotlib")
     problems = extra(lambda: load_problems(chosen.limit)) if chosen.humaneval else []
     limits = Limits(seconds=chosen.timeout, memory_mb=chosen.memory_mb)

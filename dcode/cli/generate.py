@@ -32,8 +32,7 @@ def new(
 
     # 1) validate everything that needs no model or server, so bad input costs nothing
     text = read_prompt(prompt)
-    length, out = run.length, run.output
-    assert length is not None  # --length has a default
+    length, out = run.tokens, run.output
     target = output_target(out.path, out.force)
     language = language_for(out.lang, target)
     test = checked_test(run, needed=False)

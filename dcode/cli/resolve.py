@@ -26,7 +26,7 @@ import typer
 from dcode.config import SamplerConfig
 from dcode.options import SAMPLER, STANDARD, Option, fields_set_by, sampler_settings
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)  # a Resolved[Selection] is a Resolved[object]
 
 
 class OptionError(typer.TyperException):
@@ -111,6 +111,12 @@ class Resolved(Generic[T]):
     secrets: tuple[str, ...] = field(default=(), repr=False)  # values of the options marked secret, to redact
     from_env: frozenset[str] = frozenset()
     flags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        """--length of a command whose length has a default (new, serve, bench)."""
+        assert self.length is not None, f"{self.command} has no --length default"
+        return self.length
 
     def named(self, name: str) -> str:
         """How an error names option `name`: the DCODE_* variable that set it, else its flag."""

@@ -104,7 +104,7 @@ def serve(run: Resolved[Serving]) -> None:
     engine = Engine(
         denoiser,
         config,
-        length=run.length,
+        length=run.tokens,
         repair_rounds=run.repair.rounds,
         repair_tries=run.repair.tries,
         max_batch=served.max_batch,
@@ -124,6 +124,9 @@ def serve(run: Resolved[Serving]) -> None:
     sys.stderr.flush()
     log_to_stderr(served.access_log)
     connections, burst = descriptor_room(served.max_connections)
-    limits = {"header_timeout": served.header_timeout, "max_connections": connections, "burst": burst}
-    serve(create_app(engine, api_key=key), sock, engine.cancel_all, grace=served.graceful_timeout, **limits)
+    app_, grace = create_app(engine, api_key=key), served.graceful_timeout
+    serve(
+        app_, sock, engine.cancel_all, grace=grace, header_timeout=served.header_timeout,
+        max_connections=connections, burst=burst,
+    )  # fmt: skip
     typer.echo("dcode: stopped", err=True)
