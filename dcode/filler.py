@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import urlsplit
 
 from dcode.events import Event, Span, Unit
 
@@ -46,6 +47,40 @@ class Draft:
 
 
 @dataclass(frozen=True)
+class Identity:
+    """Who fills, as the summary line, a --json report and the history name it (never a key)."""
+
+    model: str
+    device: str | None = None  # a local model's device
+    dtype: str | None = None  # the dtype a local model runs in
+    endpoint: str | None = None  # a served model's address, without user, password or query
+
+    @property
+    def report(self) -> dict[str, object]:
+        """Its keys in a --json report: the model, and the dtype it ran in or the endpoint."""
+        if self.endpoint is not None:
+            return {"model": self.model, "endpoint": self.endpoint}
+        return {"model": self.model, "dtype": self.dtype}
+
+    @property
+    def shown(self) -> str:
+        """The summary line's name for it: "dcode-tiny in bfloat16", "mercury-2 at host"."""
+        if self.endpoint is not None:
+            return f"{self.model} at {urlsplit(self.endpoint).hostname or ''}"
+        return f"{self.model} in {self.dtype}" if self.dtype else self.model
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How the live view reads a filler's steps: a local model's token canvas (its tokenizer, mask
+    id and the ids it hides), or a server's frames (no tokenizer)."""
+
+    tokenizer: object | None = None
+    mask_id: int = -1
+    hidden: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
 class Fills:
     """What a repair try wrote: one text per span of its plan, in order."""
 
@@ -72,6 +107,14 @@ class Filler(Protocol):
     def device(self) -> str: ...
     @property
     def unit(self) -> Unit: ...
+
+    def identity(self) -> Identity:
+        """Who fills: the model, and its device and dtype or the endpoint's address."""
+        ...
+
+    def reading(self) -> Reading:
+        """How the live view (dcode.render.Describer) reads this filler's steps."""
+        ...
 
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         """A whole new file for `request`, at most `length` tokens (`repair`: the flow will repair it)."""

@@ -20,7 +20,7 @@ import torch
 from dcode import flows
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Event, Span, Started, Step, Unit
-from dcode.filler import Draft, Fills, Plan
+from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.flows import InputError, check_room
 from dcode.models.base import Denoiser
 from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
@@ -178,6 +178,15 @@ class ModelFiller:
     @property
     def device(self) -> str:
         return str(self.denoiser.device.type)
+
+    def identity(self) -> Identity:
+        from dcode.dtypes import running_dtype
+
+        return Identity(self.model, self.device, running_dtype(self.denoiser))
+
+    def reading(self) -> Reading:
+        facts = self.denoiser.facts
+        return Reading(self.denoiser.tokenizer, facts.mask_id, frozenset(facts.eos_ids | {facts.pad_id}))
 
     def prompt_for(self, request: str, language: str) -> list[int]:
         if self.prompt is not None:

@@ -152,16 +152,16 @@ def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends
     can conflict with nothing (an end there ends the answer where the model puts it).
     Example: rows [0, 1, 2], tokens [a, a, EOS], pick [0, 1, 2] -> [0] (row 1 repeats row 0;
     row 2 ends the answer after row 1, which now stays masked)."""
-    chosen = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
-    chosen[pick] = True
+    keep = torch.zeros(len(rows), dtype=torch.bool, device=rows.device)
+    keep[pick] = True
     is_end = torch.isin(tokens, ends)
-    twin = chosen[1:] & chosen[:-1] & (rows[1:] == rows[:-1] + 1) & (tokens[1:] == tokens[:-1])
-    chosen[1:] &= ~(twin & ~is_end[1:])  # a run of padding is how an answer ends
-    gap = (~chosen).cumsum(0) > 0  # at a chosen row: some row to its left stays unfilled
-    chosen &= ~(is_end & gap)
-    if not chosen.any():
-        chosen[0] = True  # nothing before it is unfilled and nothing beside it is written now
-    return chosen.nonzero()[:, 0]
+    twin = keep[1:] & keep[:-1] & (rows[1:] == rows[:-1] + 1) & (tokens[1:] == tokens[:-1])
+    keep[1:] &= ~(twin & ~is_end[1:])  # a run of padding is how an answer ends
+    gap = (~keep).cumsum(0) > 0  # at a kept row: some row to its left stays unfilled
+    keep &= ~(is_end & gap)
+    if not keep.any():
+        keep[0] = True  # nothing before it is unfilled and nothing beside it is written now
+    return keep.nonzero()[:, 0]
 
 
 def draft_rows(canvas: torch.Tensor, positions: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
@@ -188,9 +188,9 @@ def checked_drafts(drafts: torch.Tensor, limit: int, undrafted: int, ends: torch
     return drafts[: first + (0 if bool(drafts[first] == undrafted) else 1)]
 
 
-def verified_run(chosen: torch.Tensor, drafted: torch.Tensor) -> int:
+def verified_run(choices: torch.Tensor, drafted: torch.Tensor) -> int:
     """How many drafted tokens a verify pass confirms: row r was fed drafted[:r] and chose
-    chosen[r] for the next position, so drafted[r] stands if it is what row r chose, and the run
-    stops at the first that is not. chosen (k + 1,), drafted (k,).
-    Example: drafted [a, b, c], chosen [a, b, x, y] -> 2: commit a, b, and x (row 2's choice)."""
-    return int((chosen[:-1] == drafted).long().cumprod(0).sum())
+    choices[r] for the next position, so drafted[r] stands if it is what row r chose, and the run
+    stops at the first that is not. choices (k + 1,), drafted (k,).
+    Example: drafted [a, b, c], choices [a, b, x, y] -> 2: commit a, b, and x (row 2's choice)."""
+    return int((choices[:-1] == drafted).long().cumprod(0).sum())

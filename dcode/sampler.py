@@ -250,12 +250,12 @@ def draft_tokens(
     joint = 1.0
     for lo in range(0, len(wanted), DRAFT_CHUNK):
         part = wanted[lo : lo + DRAFT_CHUNK]
-        chosen, probs = choose_tokens(
+        choices, probs = choose_tokens(
             read(part), temperature, config.top_p, choosing.gen, None if noise is None else noise[part]
         )
-        run = joint * chosen_probability(probs, chosen).cumprod(0)  # (k,)
+        run = joint * chosen_probability(probs, choices).cumprod(0)  # (k,)
         unsure = run < config.draft_floor
-        drafts[part] = chosen.masked_fill(unsure, choosing.mask_id)
+        drafts[part] = choices.masked_fill(unsure, choosing.mask_id)
         if bool(unsure.any()):
             break
         joint = float(run[-1])
@@ -296,14 +296,14 @@ def verify_pass(
         candidate_logits(heads[r : r + 1], rows[r], written(is_open, offsets[:r] + s), now.block, choosing, at)
         for r, at in enumerate((offsets[: len(rows)] + s)[:, None])
     ]  # (1, V) each
-    chosen, probs = choose_tokens(
+    choices, probs = choose_tokens(
         torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
     )
-    confirmed = verified_run(chosen, drafted)
+    confirmed = verified_run(choices, drafted)
     ended = confirmed > 0 and bool(torch.isin(drafted[confirmed - 1], ends))  # an end confirmed: nothing after it
     take = torch.arange(confirmed if ended else confirmed + 1, device=rows.device)
-    tokens = torch.cat([drafted[:confirmed], chosen[confirmed : confirmed + 1]])
-    commit = Commit(take, tokens, chosen_probability(probs, chosen))
+    tokens = torch.cat([drafted[:confirmed], choices[confirmed : confirmed + 1]])
+    commit = Commit(take, tokens, chosen_probability(probs, choices))
     if not config.draft:  # (--draft 0: no drafts to make)
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
@@ -311,7 +311,7 @@ def verify_pass(
     read = row_candidates(readout, confirmed, now, seen_by, 0, choosing)
     following = Drafts(draft_tokens(read, later, e - s, temperature, noise, choosing), noise)
     next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
-    if len(take) < len(offsets) or bool(torch.isin(chosen[confirmed], ends)) or not len(next_open):
+    if len(take) < len(offsets) or bool(torch.isin(choices[confirmed], ends)) or not len(next_open):
         return commit, following, None
     fresh = gumbel_noise((now.reach - e, readout.vocab), gen, rows.device) if temperature > 0 else None
     read = row_candidates(readout, confirmed, now, seen_by, e - s, choosing)

@@ -103,6 +103,8 @@ def test_quality_without_the_extra_names_it(tiny_checkpoint: Path, monkeypatch: 
         (["--settings", "fastest"], "unknown setting 'fastest' (choose from one-per-pass, threshold-0.9, "),
         (["--prompts", "missing.jsonl"], "cannot read --prompts missing.jsonl: No such file or directory"),
         (["--length", "0"], "--length must be at least 1 token"),
+        (["--dtype", "float8"], "unknown --dtype 'float8' (choose from auto, bfloat16, float16, float32)"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(tiny_checkpoint: Path, args: list[str], message: str) -> None:

@@ -803,7 +803,8 @@ def test_commands_build_their_options_from_the_declarations(command: str) -> Non
         if option.name != "repair_tries":  # `dcode repair` tries harder; see below
             assert param.default == option.default
     if command == "repair":
-        assert params["repair_tries"].default == 4 and params["repair_rounds"].min == 1
+        rounds = next(o for o in declared if o.name == "repair_rounds")
+        assert params["repair_tries"].default == 4 and rounds.min == 1  # checked by dcode.cli.resolve
     else:
         assert params["repair_tries"].default == REPAIR_TRIES_OPTION.default
     for option in SAMPLER:  # a sampler option's default is SamplerConfig's own
@@ -825,6 +826,33 @@ def test_fix_and_log_build_their_options_from_the_declarations(command: str) -> 
         flags = [*param.opts, *param.secondary_opts]
         assert "/".join(f for f in flags if f.startswith("--")) == option.flag
         assert (param.envvar, param.help, param.default) == (option.env, option.help, option.default)
+
+
+def test_every_flag_is_declared_once_and_no_secret_is_recorded() -> None:
+    """Each option of every command comes from dcode.options (one declaration a flag, variants by
+    `replace`), and the history records only what the table marks recorded: never a secret."""
+    import dataclasses
+
+    import typer.main
+
+    from dcode import options
+
+    tables = [
+        v if isinstance(v, tuple) else (v,) for v in vars(options).values() if isinstance(v, tuple | options.Option)
+    ]
+    declared = {o.flag.split("/")[0] for table in tables for o in table if isinstance(o, options.Option)}
+    group = typer.main.get_command(app)
+    commands = [*group.commands.values()]  # type: ignore[attr-defined]
+    commands += [c for g in list(commands) for c in getattr(g, "commands", {}).values()]
+    flags = {
+        o for c in commands for p in c.params if p.param_type_name == "option" for o in p.opts if o.startswith("--")
+    }
+    assert flags - {"--help"} <= declared and "--dtype" in {
+        o for p in group.commands["bench"].commands["speed"].params for o in p.opts
+    }  # type: ignore[attr-defined]
+    assert not any(o.recorded for o in (options.ENDPOINT_KEY, *options.SERVING) if o.secret)
+    with pytest.raises(ValueError, match="a secret option cannot be recorded"):
+        dataclasses.replace(options.ENDPOINT_KEY, recorded=True)
 
 
 def test_sampler_settings_by_option_name() -> None:

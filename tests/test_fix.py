@@ -276,7 +276,7 @@ def scripted_regenerator(fill: ScriptedFill, monkeypatch: pytest.MonkeyPatch) ->
     """The command's fill is `fill`; returns the fillers it was handed (`dcode new`'s, with --test)."""
     handed: list[object] = []
 
-    def regenerator(ctx, chosen, length=None, ready=None):
+    def regenerator(run, length=None, ready=None):
         handed.append(ready)
         return fill, fixing.Fills(model="scripted")
 
@@ -358,7 +358,7 @@ import dcode.cli.fixing as fixing
 def slow(path, source, region, instruction):  # a scripted fill whose answer the tests block on
     return source.replace("return a + b + 1", "return a + b  # round 1")
 
-fixing.regenerator = lambda ctx, chosen, **_: (slow, fixing.Fills(model="scripted"))
+fixing.regenerator = lambda run, **_: (slow, fixing.Fills(model="scripted"))
 from dcode.cli import main
 sys.argv = ["dcode", "fix", "calc.py", "--test", sys.argv[1], "--no-log"]
 main()
@@ -490,6 +490,10 @@ def test_new_with_test_that_still_fails_exits_4(project: Path, monkeypatch: pyte
         (["-o", "-", "--test", "true"], "--test runs on the written file: give it with -o FILE"),
         (["-o", "x.py", "--test", " "], "no test command: pass --test CMD (for example --test 'python -m pytest -q')"),
         (["-o", "x.py", "--test", "true", "--test-timeout", "0"], "--test-timeout must be more than 0 seconds"),
+        (
+            ["-o", "x.py", "--test", "true", "--test-timeout", "inf"],
+            "--test-timeout must be a finite number of seconds",
+        ),
     ],
 )
 def test_new_test_without_a_file_is_a_usage_error(project: Path, args: list[str], message: str) -> None:

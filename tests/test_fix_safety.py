@@ -33,7 +33,7 @@ import dcode.cli.fixing as fixing
 def marked(path, source, region, instruction):
     return source.replace("return a + b + 1", "return a + b  # round 1")
 
-fixing.regenerator = lambda ctx, chosen, **_: (marked, fixing.Fills(model="scripted"))
+fixing.regenerator = lambda run, **_: (marked, fixing.Fills(model="scripted"))
 from dcode.cli import main
 sys.argv = ["dcode", "fix", "calc.py", "--test", sys.argv[1], "--no-log", "--rounds", "1"]
 main()

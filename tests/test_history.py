@@ -179,7 +179,7 @@ def test_a_fix_records_each_round(db: Path, tmp_path: Path, monkeypatch: pytest.
         return source.replace(" + 1", "")
 
     scripted = fixing.Fills(model="scripted", device="cpu")
-    monkeypatch.setattr(fixing, "regenerator", lambda ctx, chosen, **_: (fill, scripted))
+    monkeypatch.setattr(fixing, "regenerator", lambda run, **_: (fill, scripted))
     result = dcode("fix", "calc.py", "--test", PYTEST, "-q", "--endpoint-key", "sk-never")
     assert result.exit_code == 0, result.stderr
     (entry,) = history.latest(db)

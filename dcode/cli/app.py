@@ -2,8 +2,8 @@
 
 Each command lives in a small module beside this one (generate: new; editing: edit; repairing:
 repair; checking: check; listing: models; serving: serve; bench: bench) and registers itself on
-`app`; dcode.cli imports them all. Options are declared in dcode.options and built by
-dcode.cli.options.
+`app`; dcode.cli imports them all. Options are declared in dcode.options, built by
+dcode.cli.options and resolved into one typed record by dcode.cli.resolve.
 
 Exit codes: 0 ok, 1 runtime error (a write that failed, stdout included), 2 usage error (bad
 input), 3 syntax errors remain, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, cleaned up as
@@ -22,6 +22,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
+
+from dcode.cli.resolve import env_named
 
 OK, RUNTIME, USAGE, SYNTAX, INTERRUPTED, TERMINATED = 0, 1, 2, 3, 130, 143
 
@@ -65,31 +67,6 @@ def _install(signum: int, handler: Any) -> Any:
     if handler is None or threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signum, handler)
-
-
-def env_named(error: Exception) -> str:
-    """A click error's message naming where the bad value came from: click names the environment
-    variable even for a value given as a flag; keep that only when the variable gave it."""
-    message = str(error.format_message())  # type: ignore[attr-defined]
-    ctx, param = getattr(error, "ctx", None), getattr(error, "param", None)
-    envvar = getattr(param, "envvar", None)
-    if ctx is None or param is None or not isinstance(envvar, str) or param.name is None:
-        return message
-    source = ctx.get_parameter_source(param.name)
-    if source is None or source.name != "ENVIRONMENT":
-        message = message.replace(f" (env var: {envvar!r})", "")
-    return message
-
-
-def option_named(ctx: typer.Context, name: str, flag: str) -> str:
-    """How to name an option in an error about its value: the flag, or the DCODE_* variable
-    (`DCODE_LENGTH=0` gets `DCODE_LENGTH`, `--length 0` gets `--length`)."""
-    source = ctx.get_parameter_source(name)
-    if source is not None and source.name == "ENVIRONMENT":
-        envvar = next((p.envvar for p in ctx.command.params if p.name == name), None)
-        if isinstance(envvar, str):
-            return envvar
-    return flag
 
 
 # errno values of a write that cannot complete: a full disk, a closed or broken descriptor

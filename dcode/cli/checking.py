@@ -8,21 +8,23 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dcode.cli.app import OK, SYNTAX, USAGE, app, fail
+from dcode.cli.options import with_options
+from dcode.cli.resolve import Resolved
+from dcode.options import CHECK
 
 if TYPE_CHECKING:
     from dcode.syntax import Issue
 
 
 @app.command()
-def check(
-    files: Annotated[list[Path], typer.Argument(help="Files to check.")],
-    lang: Annotated[str | None, typer.Option("--lang", envvar="DCODE_LANG", help="Language for every file.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print issues as JSON.")] = False,
-) -> None:
+@with_options(*CHECK)
+def check(files: Annotated[list[Path], typer.Argument(help="Files to check.")], run: Resolved[None]) -> None:
     """Check files for syntax errors (no model is loaded). Exit 0 clean, 3 errors, 2 unreadable."""
     import json
 
     from dcode import syntax
+
+    lang, as_json = run.output.lang, run.output.as_json
 
     unreadable = found = False
     report: list[dict[str, object]] = []

@@ -11,15 +11,15 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from dcode.cli.app import OK, RUNTIME, SYNTAX, fail, interrupted
-from dcode.cli.history import chosen_settings, remember_result
-from dcode.cli.running import who
+from dcode.cli.history import remember_result
+from dcode.cli.resolve import Resolved
 from dcode.events import Edited, Finished, Repaired
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def summary_line(metadata: Mapping[str, object], model: str, unit: str = "pass")
 
 @contextlib.contextmanager
 def recorded(
-    ctx: typer.Context,
+    run: Resolved[object],
     filler: Filler,
     result: Finished | Edited | Repaired,
     prompt: str | None = None,
@@ -57,7 +57,6 @@ def recorded(
     """Deliver inside this: `result` goes into the history (dcode log) with the exit code the
     delivery ends with, unless --no-log or DCODE_LOG=0. The one place `new`, `edit` and `repair`
     record; a history that fails costs a warning line, never the answer or the exit code."""
-    chosen: Mapping[str, Any] = ctx.params
     code: int | None = OK
     try:
         yield
@@ -68,10 +67,9 @@ def recorded(
         code = None  # a reader gone or an interrupt mid-write: the command's own handler says which
         raise
     finally:
-        command = ctx.info_name or "?"
         remember_result(
-            command, result, log=chosen.get("log", True), exit_code=code, prompt=prompt, path=path,
-            settings=chosen_settings(ctx), **who(filler),
+            run.command, result, log=run.log, exit_code=code, prompt=prompt, path=path, settings=run.recorded,
+            **asdict(filler.identity()),
         )  # fmt: skip
 
 

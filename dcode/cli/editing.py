@@ -2,38 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from dcode.cli.app import USAGE, app, fail, option_named
+from dcode.cli.app import USAGE, app, fail
 from dcode.cli.delivery import Delivery, finish_edit, recorded
 from dcode.cli.options import with_options
-from dcode.cli.running import identity, run_flow
+from dcode.cli.resolve import Resolved
+from dcode.cli.running import run_flow
 from dcode.cli.stdio import read_prompt
 from dcode.cli.targets import read_checkable, result_target
 from dcode.events import Edited
 from dcode.options import EDIT
 
 
+@dataclass(frozen=True)
+class Selection:
+    """`dcode edit`'s own options: the instruction and the part of FILE it rewrites."""
+
+    instruct: str | None
+    lines: str | None
+    symbol: str | None
+    dry_run: bool
+
+
 @app.command("edit")
-@with_options(*EDIT)
+@with_options(*EDIT, own=Selection)
 def edit_command(
-    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="File to change in place (the original is kept as FILE.orig).")],
-    instruct: Annotated[
-        str | None,
-        typer.Option("--instruct", envvar="DCODE_INSTRUCT", help="What to change; '-' or omit to read stdin."),
-    ] = None,
-    lines: Annotated[str | None, typer.Option("--lines", help="Rewrite only lines A-B (1-based, inclusive).")] = None,
-    symbol: Annotated[
-        str | None, typer.Option("--symbol", help="Rewrite only this function, method or class (Class.method).")
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the diff and say that nothing was written.")
-    ] = False,
-    **chosen: Any,
+    run: Resolved[Selection],
 ) -> None:
     """Change FILE as an instruction asks: the whole file, --lines A-B or --symbol NAME is
     regenerated and every other byte is kept. In place (backup FILE.orig) unless --diff, --dry-run
@@ -41,39 +41,31 @@ def edit_command(
     from dcode import flows
 
     # 1) validate everything that needs no model, so bad input costs nothing and touches no file
-    if lines is not None and symbol is not None:
+    chosen, out = run.own, run.output
+    if chosen.lines is not None and chosen.symbol is not None:
         fail("--lines and --symbol cannot be used together", USAGE)
-    diff = chosen["diff"]
-    writes = not (diff or dry_run)
-    source, language = read_checkable(file, chosen["lang"])
-    output = chosen["output"]
-    target, to_stdout = result_target(file, output, chosen["force"]) if writes else (None, False)
-    region = pick_region(source, language, lines, symbol, file)
-    text = read_prompt(instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
-    length = chosen["length"]
-    if length is not None and length < 1:
-        fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
+    writes = not (out.diff or chosen.dry_run)
+    source, language = read_checkable(file, out.lang)
+    target, to_stdout = result_target(file, out.path, out.force) if writes else (None, False)
+    region = pick_region(source, language, chosen.lines, chosen.symbol, file)
+    text = read_prompt(chosen.instruct, "instruction", "pass --instruct TEXT, or pipe it on stdin")
 
     # 2) generate, drawing the live view on a terminal; FILE is not touched meanwhile
-    rounds = chosen["repair_rounds"] if chosen["repair"] else 0
-    tries, name = chosen["repair_tries"], str(file)
+    length, rounds, tries, name = run.length, run.repair.rounds, run.repair.tries, str(file)
     filler, edited = run_flow(
-        ctx,
-        chosen,
-        lambda f: flows.edit(f, source, region, text, language, length, rounds, name, tries),
-        Edited,
-        language,
+        run, lambda f: flows.edit(f, source, region, text, language, length, rounds, name, tries), Edited, language
     )
 
     # 3) deliver: a diff, the file in place (after a backup), another file or stdout; never a
     # broken version of a file that parsed
     plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
-    old_span = "the whole file" if lines is None and symbol is None else describe_region(source, region)
-    shown, keys = identity(filler)
-    keys |= {"language": language, "selection": symbol if symbol is not None else old_span}
-    say = {"as_json": chosen["as_json"], "dry_run": dry_run, "quiet": chosen["quiet"]}
-    with recorded(ctx, filler, edited, text, target or file):
-        finish_edit(plan, output, shown, keys, old_span, **say)
+    whole = chosen.lines is None and chosen.symbol is None
+    old_span = "the whole file" if whole else describe_region(source, region)
+    who = filler.identity()
+    keys = who.report | {"language": language, "selection": chosen.symbol if chosen.symbol is not None else old_span}
+    say = {"as_json": out.as_json, "dry_run": chosen.dry_run, "quiet": run.view.quiet}
+    with recorded(run, filler, edited, text, target or file):
+        finish_edit(plan, out.path, who.shown, keys, old_span, **say)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:

@@ -16,18 +16,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dcode.cli.app import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted, option_named
-from dcode.cli.history import chosen_settings, remember
-from dcode.cli.loading import sampler_config
+from dcode.cli.app import INTERRUPTED, RUNTIME, TERMINATED, USAGE, Terminated, app, fail, interrupted
+from dcode.cli.history import remember
 from dcode.cli.options import with_options
-from dcode.cli.running import endpoint_filler, live, model_filler, who
+from dcode.cli.resolve import Remote, Resolved
+from dcode.cli.running import live, make_filler
 from dcode.options import FIX
 
 if TYPE_CHECKING:
@@ -39,47 +38,41 @@ if TYPE_CHECKING:
 @app.command("fix")
 @with_options(*FIX)
 def fix_command(
-    ctx: typer.Context,
     paths: Annotated[
         list[Path],
         typer.Argument(help="Files dcode may change; a folder: its source files, test files excepted."),
     ],
-    **chosen: Any,
+    run: Resolved[None],
 ) -> None:
     """Run --test; while it fails, regenerate the function (or lines) each failure points into and
     run it again, up to --rounds. A round that makes things worse is undone; the files end at the
     best state reached (originals kept as FILE.orig). Exit 0 passes, 4 still fails."""
     from dcode.fixloop import Targets
 
-    test = checked_test(ctx, chosen, needed=True)
+    test = checked_test(run, needed=True)
     assert test is not None
-    length = chosen["length"]
-    if length is not None and length < 1:
-        fail(f"{option_named(ctx, 'length', '--length')} must be at least 1 token", USAGE)
     targets = Targets.of(check_paths(paths), Path.cwd())
-    regenerate, fills = regenerator(ctx, chosen, length=length)
-    run_fix(targets, fix_settings(chosen, test), regenerate, fills, chosen)
+    regenerate, fills = regenerator(run, length=run.length)
+    run_fix(targets, fix_settings(run, test), regenerate, fills, run)
 
 
-def fix_settings(chosen: Mapping[str, Any], test: str) -> Settings:
-    """The loop's settings from the options, with the keys dcode holds (--endpoint-key, else the
-    variables an endpoint's key comes from): redacted from what the loop reads, sends and records."""
+def fix_settings(run: Resolved[object], test: str) -> Settings:
+    """The loop's settings from the options, with the keys dcode holds (the options marked secret,
+    else the variables an endpoint's key comes from): redacted from what the loop reads, sends and records."""
     from dcode.fixloop import Settings
 
-    keys = (chosen.get("endpoint_key"), os.environ.get("INCEPTION_API_KEY"), os.environ.get("OPENAI_API_KEY"))
+    keys = (*run.secrets, os.environ.get("INCEPTION_API_KEY"), os.environ.get("OPENAI_API_KEY"))
     secrets = tuple(k for k in keys if k)
-    return Settings(test, chosen["rounds"], chosen["test_timeout"], secrets=secrets)
+    return Settings(test, run.testing.rounds, run.testing.timeout, secrets=secrets)
 
 
-def checked_test(ctx: typer.Context, chosen: Mapping[str, Any], needed: bool) -> str | None:
-    """--test (None when not given and not `needed`) after checking it and --test-timeout."""
-    test = chosen["test"]
+def checked_test(run: Resolved[object], needed: bool) -> str | None:
+    """--test (None when not given and not `needed`), checked (--test-timeout is, by its bounds)."""
+    test = run.testing.command
     if test is None and not needed:
         return None
     if not test or not test.strip():
         fail("no test command: pass --test CMD (for example --test 'python -m pytest -q')", USAGE)
-    if not chosen["test_timeout"] > 0:
-        fail(f"{option_named(ctx, 'test_timeout', '--test-timeout')} must be more than 0 seconds", USAGE)
     return str(test)
 
 
@@ -119,10 +112,8 @@ class Fills:
     settings: dict[str, object] = field(default_factory=dict)
 
     def identify(self, filler: Filler) -> None:
-        known = who(filler)
-        self.model, self.device, self.dtype, self.endpoint = (
-            known["model"], known["device"], known["dtype"], known["endpoint"]
-        )  # fmt: skip
+        who = filler.identity()
+        self.model, self.device, self.dtype, self.endpoint = who.model, who.device, who.dtype, who.endpoint
 
     def add(self, edited: Edited) -> None:
         repaired = edited.repair.forward if edited.repair is not None else 0
@@ -131,20 +122,22 @@ class Fills:
 
 
 def regenerator(
-    ctx: typer.Context, chosen: Mapping[str, Any], length: int | None = None, ready: Filler | None = None
+    run: Resolved[object], length: int | None = None, ready: Filler | None = None
 ) -> tuple[Regenerate, Fills]:
     """The adapter from the loop's `regenerate(path, source, region, instruction) -> source` to
-    dcode.flows.edit, the one edit flow, over a filler: `ready` (the one `dcode new` wrote with),
-    else the endpoint (--endpoint, checked now), else the local model, loaded at the first fill so
-    that a command that passes from the start loads nothing. The live view closes after each fill.
+    dcode.flows.edit, the one edit flow (`length`: --length, else the region's own), over a filler:
+    `ready` (the one `dcode new` wrote with), else the endpoint (--endpoint, checked now), else the
+    local model, loaded at the first fill so that a command that passes from the start loads nothing.
+    The live view closes after each fill.
     A fill the flow refuses (too long for the context, an echo) is a FillError: the loop skips the
     region; a server that fails stops the fix (exit 1, or 2 for a request it refused)."""
-    sampler_config(chosen)  # a bad sampler option fails before anything runs
-    fills = Fills(settings=chosen_settings(ctx, always=("rounds", "test_timeout")))
+    testing = run.testing
+    fills = Fills(settings={**run.recorded, "rounds": testing.rounds, "test_timeout": testing.timeout})
     made: list[Filler] = []
-    if ready is not None or chosen.get("endpoint"):
-        made.append(ready or endpoint_filler(ctx, chosen))
+    if ready is not None or isinstance(run.fills, Remote):
+        made.append(ready or make_filler(run))
         fills.identify(made[0])
+    rounds, tries = run.repair.rounds, run.repair.tries
 
     def regenerate(path: Path, source: str, region: tuple[int, int], instruction: str) -> str:
         from dcode import flows, syntax
@@ -152,13 +145,12 @@ def regenerator(
         from dcode.filler import FillError
 
         if not made:
-            made.append(model_filler(ctx, chosen))
+            made.append(make_filler(run))
             fills.identify(made[0])
         language = syntax.detect_language(str(path), source, None) or "python"
-        rounds, tries = (chosen["repair_rounds"] if chosen["repair"] else 0), chosen["repair_tries"]
         edit = lambda f: flows.edit(f, source, region, instruction, language, length, rounds, str(path), tries)  # noqa: E731
         try:
-            edited = live(made[0], edit, language, chosen, True)
+            edited = live(made[0], edit, language, run.view, True)
         except flows.InputError as error:
             raise FillError(str(error)) from None
         except FillError as error:
@@ -188,7 +180,12 @@ def stop_on_server_failure(error: Exception) -> None:
 
 
 def run_fix(
-    targets: Targets, settings: Settings, regenerate: Regenerate, fills: Fills, params: Mapping[str, Any]
+    targets: Targets,
+    settings: Settings,
+    regenerate: Regenerate,
+    fills: Fills,
+    run: Resolved[object],
+    report_too: bool = True,
 ) -> None:
     """Drain dcode.fixloop.fix, printing each run's verdict; then --diff / --json, the summary, the
     history's records, and the exit code. Ctrl-C / SIGTERM: the best state is back before exit."""
@@ -196,7 +193,7 @@ def run_fix(
     from dcode.files import FileProblem
     from dcode.fixfiles import CHANGED, Busy
 
-    quiet = params["quiet"]
+    quiet, log = run.view.quiet, run.log
     seen: list[FixEvent] = []
     try:
         for event in fixloop.fix(targets, settings, regenerate):
@@ -204,27 +201,25 @@ def run_fix(
             if not quiet:
                 say(event, settings.command)
     except typer.Exit as stop:  # a server that failed, a model that would not load: the files are back
-        record_rounds(seen, fills, params, stop.exit_code, settings.secrets)
+        record_rounds(seen, fills, settings, log, stop.exit_code)
         raise
     except KeyboardInterrupt as error:  # the loop has put the best state back
-        record_rounds(
-            seen, fills, params, TERMINATED if isinstance(error, Terminated) else INTERRUPTED, settings.secrets
-        )
+        record_rounds(seen, fills, settings, log, TERMINATED if isinstance(error, Terminated) else INTERRUPTED)
         interrupted(error)
     except OSError as error:
-        record_rounds(seen, fills, params, RUNTIME, settings.secrets)
+        record_rounds(seen, fills, settings, log, RUNTIME)
         where = f"{error.filename}: " if error.filename else ""
         fail(f"fix stopped: {where}{error.strerror or error}", RUNTIME)
     except Busy as error:  # another dcode fix holds a file named: refused before the first run
         fail(f"{shown(error.path)}: {error}", RUNTIME)
     except FileProblem as error:  # a file the failures point into that cannot be read
-        record_rounds(seen, fills, params, RUNTIME, settings.secrets)
+        record_rounds(seen, fills, settings, log, RUNTIME)
         fail(f"fix stopped: {error}", RUNTIME)
     done = seen[-1]
     assert isinstance(done, fixloop.Fixed)
-    if params["as_json"]:
+    if report_too and run.output.as_json:
         typer.echo(json.dumps(report(done, seen, settings, fills), indent=2))
-    elif params["diff"]:
+    elif report_too and run.output.diff:
         sys.stdout.write(patch(done))
         sys.stdout.flush()
     for path in done.left:  # said even with --quiet: the user's own edit is at stake
@@ -232,7 +227,7 @@ def run_fix(
         typer.echo(f"dcode: warning: {shown(path)} was {CHANGED}{backup}", err=True)
     if not quiet:
         typer.echo(summary(done, fills), err=True)
-    record_rounds(seen, fills, params, done.exit_code, settings.secrets)
+    record_rounds(seen, fills, settings, log, done.exit_code)
     raise typer.Exit(done.exit_code)
 
 
@@ -330,11 +325,9 @@ def report(done: Fixed, seen: list[FixEvent], settings: Settings, fills: Fills) 
     }
 
 
-def record_rounds(
-    seen: list[FixEvent], fills: Fills, params: Mapping[str, Any], exit_code: int, secrets: tuple[str, ...] = ()
-) -> None:
+def record_rounds(seen: list[FixEvent], fills: Fills, settings: Settings, log: bool, exit_code: int) -> None:
     """One history record per round (round 0 alone when no round ran), each with the exit code and
-    the keys in `secrets` redacted; a history that fails costs one warning, not one a round."""
+    the keys in `settings.secrets` redacted; a history that fails costs one warning, not one a round."""
     from dcode.edit import lines_of, unified_diff
     from dcode.fixloop import Rewrote, Tested
     from dcode.history import Entry, Touched
@@ -350,7 +343,7 @@ def record_rounds(
             "fix",
             prompt="\n\n".join(r.instruction for r in rewrote) or None,
             model=fills.model, dtype=fills.dtype, device=fills.device, endpoint=fills.endpoint,
-            settings={"test": params["test"], **fills.settings},
+            settings={"test": settings.command, **fills.settings},
             files=files,
             answer="".join(unified_diff(r.before, r.after, shown(r.path)) for r in rewrote) or None,
             tokens=fills.tokens if run.round else None,
@@ -358,17 +351,16 @@ def record_rounds(
             seconds=round(run.run.seconds, 3),
             exit_code=exit_code, round=run.round, verdict=run.run.verdict,
         )  # fmt: skip
-        if remember(entry, params["log"], secrets) is None:
+        if remember(entry, log, settings.secrets) is None:
             return
 
 
-def fix_written(ctx: typer.Context, filler: Filler, path: Path, test: str) -> None:
+def fix_written(run: Resolved[object], filler: Filler, path: Path, test: str) -> None:
     """`dcode new ... -o FILE --test CMD`, after FILE is written: the same loop on FILE, through the
-    filler that wrote it and the command's options (ctx.params: the model, sampler, repair, view and
-    endpoint groups, --rounds, --test-timeout, --log). Exits with fix's code (0 passes, 4 still fails)."""
+    filler that wrote it and the command's options (the model, sampler, repair, view and endpoint
+    groups, --rounds, --test-timeout, --log); new's --json was new's report. Exits with fix's code
+    (0 passes, 4 still fails)."""
     from dcode.fixloop import Targets
 
-    chosen = ctx.params
-    regenerate, fills = regenerator(ctx, chosen, ready=filler)
-    params = {**chosen, "as_json": False, "diff": False}  # new's --json was new's report
-    run_fix(Targets.of([path], Path.cwd()), fix_settings(chosen, test), regenerate, fills, params)
+    regenerate, fills = regenerator(run, ready=filler)
+    run_fix(Targets.of([path], Path.cwd()), fix_settings(run, test), regenerate, fills, run, report_too=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,6 +20,7 @@ import typer
 
 from dcode.cli.app import RUNTIME, USAGE, app, fail
 from dcode.cli.options import with_options
+from dcode.cli.resolve import Resolved
 from dcode.options import JSON, LOG_LIST
 
 if TYPE_CHECKING:
@@ -46,26 +48,6 @@ def remember(entry: Entry, log: bool = True, secrets: tuple[str | None, ...] = (
     except history.HistoryError as error:
         typer.echo(f"dcode: warning: not recorded in the history: {error}", err=True)
         return None
-
-
-_NOT_SETTINGS = frozenset(
-    {"paths", "file", "files", "prompt", "instruct", "test", "output", "force", "diff", "dry_run", "as_json", "log"}
-    | {"quiet", "live", "exit_when_done"}
-    | {"endpoint", "endpoint_key"}  # the endpoint is its own column, its URL cleaned; the key is never kept
-)
-
-
-def chosen_settings(ctx: typer.Context, always: tuple[str, ...] = ()) -> dict[str, object]:
-    """What a record keeps of a command's settings: the options the user set (a flag or a DCODE_*
-    variable; a model's own defaults fill the rest), plus `always`, less what is not a setting
-    (paths, the prompt, output switches). Keys and tokens go later, in dcode.history.scrub."""
-    out: dict[str, object] = {}
-    for name, value in ctx.params.items():
-        source = ctx.get_parameter_source(name)
-        given = name in always or (source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"))
-        if given and name not in _NOT_SETTINGS and isinstance(value, bool | int | float | str):
-            out[name] = value
-    return out
 
 
 def remember_result(
@@ -146,17 +128,24 @@ def line(entry: Entry) -> str:
     return f"{entry.id:>4}  {entry.time}  {command:<9} {who}  {files or '-'}  {asked!r}{said}{code}"
 
 
+@dataclass(frozen=True)
+class Listed:
+    """`dcode log`'s own option."""
+
+    count: int
+
+
 @log_app.callback()
-@with_options(*LOG_LIST)
-def log_command(ctx: typer.Context, **chosen: Any) -> None:
+@with_options(*LOG_LIST, own=Listed)
+def log_command(run: Resolved[Listed]) -> None:
     """List the latest records, newest first (`dcode log show ID` prints one answer)."""
-    if ctx.invoked_subcommand is not None:
+    if run.subcommand is not None:
         return
     from dcode import history
 
-    entries = _read(lambda: history.latest(log_path(), chosen["count"]))
+    entries = _read(lambda: history.latest(log_path(), run.own.count))
     assert isinstance(entries, list)
-    if chosen["as_json"]:
+    if run.output.as_json:
         typer.echo(json.dumps([e.as_json() for e in entries], indent=2))
         return
     for entry in entries:
@@ -166,7 +155,7 @@ def log_command(ctx: typer.Context, **chosen: Any) -> None:
 @log_app.command("show")
 @with_options(JSON)
 def show_command(
-    id: Annotated[int, typer.Argument(help="The record's id (the first column of `dcode log`).")], **chosen: Any
+    id: Annotated[int, typer.Argument(help="The record's id (the first column of `dcode log`).")], run: Resolved[None]
 ) -> None:
     """Print one record's answer (the code written, or the diff of a fix round)."""
     from dcode import history
@@ -174,7 +163,7 @@ def show_command(
     entry = _read(lambda: history.get(log_path(), id))
     if not isinstance(entry, history.Entry):
         fail(f"no record {id} in the history ({log_path()})", USAGE)
-    if chosen["as_json"]:
+    if run.output.as_json:
         typer.echo(json.dumps(entry.as_json(), indent=2))
     elif entry.answer:
         typer.echo(entry.answer, nl=not entry.answer.endswith("\n"))

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, app, fail
+from dcode.cli.options import with_options
+from dcode.cli.resolve import Resolved
+from dcode.options import LIST, LIST_JSON, PULL
 
 # What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
 # Never pickles (*.bin, *.pt) and never the checkpoint's own Python code, which dcode does not run.
@@ -97,20 +101,16 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Listing:
+    """`dcode models`' own option."""
+
+    verbose: bool
+
+
 @models_app.callback(invoke_without_command=True)
-def models_command(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "--verbose",
-            "-v",
-            envvar="DCODE_VERBOSE",
-            help="Also show each model's end, pad and mask tokens, shift, block.",
-        ),
-    ] = False,
-) -> None:
+@with_options(*LIST, own=Listing)
+def models_command(run: Resolved[Listing]) -> None:
     """List the embedded model and every checkpoint of a supported family in the Hugging Face cache
     (HF_HUB_CACHE / HF_HOME). Nothing is loaded: sizes come from the safetensors headers, and
     --verbose reads the special tokens from the config and tokenizer files."""
@@ -118,8 +118,9 @@ def models_command(
 
     from dcode.models import list_models
 
-    if ctx.invoked_subcommand is not None:
+    if run.subcommand is not None:
         return
+    as_json, verbose = run.output.as_json, run.own.verbose
     found = list_models()
     facts = {i.name: beliefs(i.name, i.path) for i in found if i.problem is None} if verbose else {}
     if as_json:
@@ -175,9 +176,8 @@ def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
 
 
 @models_app.command("available")
-def models_available(
-    as_json: Annotated[bool, typer.Option("--json", envvar="DCODE_JSON", help="Print the list as JSON.")] = False,
-) -> None:
+@with_options(LIST_JSON)
+def models_available(run: Resolved[None]) -> None:
     """The released diffusion code models dcode knows by name (pull one with `dcode models pull
     NAME`, run it with --model NAME): size, licence, the authors' HumanEval/MBPP pass@1, the
     memory its weights take, and whether that fits this machine's RAM or GPU. Works offline."""
@@ -187,7 +187,7 @@ def models_available(
 
     ram, gpu = catalogue.ram_gb(), catalogue.gpu_gb()
     rows = catalogue.rows(ram, gpu)
-    if as_json:
+    if run.output.as_json:
         machine = {"ram_gb": round(ram, 1) if ram else None, "gpu_gb": round(gpu, 1) if gpu else None}
         typer.echo(json.dumps({"machine": machine, "models": rows}, indent=2))
         raise typer.Exit(OK)
@@ -199,19 +199,25 @@ def models_available(
     typer.echo(f"dcode: this machine: {memory}, {f'a {gpu:.1f} GB GPU' if gpu else 'no GPU'}", err=True)
 
 
+@dataclass(frozen=True)
+class Pull:
+    """`dcode models pull`'s own option."""
+
+    revision: str | None
+
+
+ModelId = Annotated[str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")]
+
+
 @models_app.command("pull")
-def models_pull(
-    model_id: Annotated[
-        str, typer.Argument(help="A name from `dcode models available`, or a Hugging Face id (org/name).")
-    ],
-    revision: Annotated[str | None, typer.Option("--revision", help="Branch, tag or commit (default: main).")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", envvar="DCODE_QUIET", help="No progress or summary.")] = False,
-) -> None:
+@with_options(*PULL, own=Pull)
+def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
     from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family
 
     # 1) validate without the network
+    revision, quiet = run.own.revision, run.view.quiet
     entry = catalogue.find(model_id)
     if entry is not None and not entry.family:
         fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)

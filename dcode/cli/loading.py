@@ -1,16 +1,13 @@
-"""A local model from the options: the device, the weights, the sampler settings and the family's
-defaults merged into them. torch and transformers are imported here, inside the functions."""
+"""A local model from the resolved options: the device, the weights, and the family's defaults
+merged into the sampler settings. torch and transformers are imported here, inside the functions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-import typer
+from collections.abc import Set
+from typing import TYPE_CHECKING
 
 from dcode.cli.app import RUNTIME, USAGE, fail
 from dcode.config import SamplerConfig, merge_family_defaults
-from dcode.options import SAMPLER, fields_set_by, sampler_settings
 
 if TYPE_CHECKING:
     from dcode.models import Denoiser
@@ -48,31 +45,11 @@ def load_model(spec: str | None, device: str, dtype: str = "auto") -> Denoiser:
         fail(f"cannot load model {spec or 'dcode-tiny'}: {error}", RUNTIME)
 
 
-def sampler_config(params: Mapping[str, Any]) -> SamplerConfig:
-    """The sampler options among a command's parameters (by name, see dcode.options.SAMPLER) as a
-    SamplerConfig; options a command does not have keep their defaults. A bad value is a usage
-    error before any model loads."""
-    try:
-        return sampler_settings(params)
-    except ValueError as error:
-        fail(str(error), USAGE)
-
-
-def explicit_sampler_fields(ctx: typer.Context) -> set[str]:
-    """SamplerConfig fields the user set, on the command line or through a DCODE_* variable."""
-    given = []
-    for option in SAMPLER:
-        source = ctx.get_parameter_source(option.name)
-        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
-            given.append(option.name)
-    return fields_set_by(given)
-
-
-def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, ctx: typer.Context) -> SamplerConfig:
+def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, explicit: Set[str]) -> SamplerConfig:
     """`config` with the model family's recommended settings for every option the user left unset;
     without `--strategy`, a rule's own option set alone picks that rule."""
     try:
-        config = merge_family_defaults(config, explicit_sampler_fields(ctx), denoiser.facts.defaults)
+        config = merge_family_defaults(config, set(explicit), denoiser.facts.defaults)
     except ValueError as error:
         fail(f"{denoiser.facts.name}: {error}", USAGE)
     if config.rule == "verify" and denoiser.facts.noise != "mask":

@@ -16,7 +16,7 @@ from typing import Any
 
 from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
-from dcode.filler import Draft, Fills, Plan
+from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
 from dcode.remote.fill import Sampling
@@ -101,6 +101,12 @@ class EndpointFiller:
     @property
     def device(self) -> str:
         return self.endpoint.host
+
+    def identity(self) -> Identity:
+        return Identity(self.model, endpoint=self.endpoint.shown)
+
+    def reading(self) -> Reading:
+        return Reading()  # frames, not tokens
 
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         ask = replace(self.sampling, max_tokens=length)
