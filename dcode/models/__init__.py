@@ -145,7 +145,8 @@ def load(
     folder, name = resolve(spec, cache_dir)
     config = checkpoint.read_config(folder)
     family = require_family(config, folder)
-    return FAMILIES[family].load(folder, where, dtype or torch.float32, name, config)
+    chosen = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    return FAMILIES[family].load(folder, where, chosen, name, config)
 
 
 # ---------------------------------------------------------------------------------------------

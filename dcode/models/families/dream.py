@@ -77,7 +77,7 @@ def write_checkpoint(
     vocab.json + merges.txt with a tokenizer_config naming the remote DreamTokenizer (files="json":
     a tokenizer.json and Qwen2Tokenizer instead, as Open-dCoder ships). shards: weight files;
     specials: more special tokens (DiffuCoder's <|dlm_pad|>)."""
-    from dcode.testing.kit import QWEN_TEMPLATE, STD, save_qwen_weights, train_bpe, write_json, write_tokenizer
+    from dcode.testing.kit import QWEN_TEMPLATE, save_qwen_weights, train_bpe, write_json, write_tokenizer
 
     tokenizer = train_bpe(size, [*DREAM_SPECIALS, *specials])
     settings = {
@@ -96,7 +96,15 @@ def write_checkpoint(
         settings = {k: v for k, v in settings.items() if k != "auto_map"} | {"tokenizer_class": "Qwen2Tokenizer"}
     ids = write_tokenizer(folder, tokenizer, settings, files)
     count = save_qwen_weights(folder, size, device, seed, head=True, shards=shards)
-    config = {
+    write_json(folder / "config.json", dream_config(size, ids))
+    return count
+
+
+def dream_config(size: Size, ids: dict[str, int]) -> dict[str, Any]:
+    """Dream-Coder's config.json keys at `size`, with the tokenizer's ids."""
+    from dcode.testing.kit import STD
+
+    return {
         "architectures": ["DreamModel"],
         "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
         "attention_dropout": 0.0,
@@ -125,8 +133,6 @@ def write_checkpoint(
         "use_sliding_window": False,
         "vocab_size": size.rows,
     }
-    write_json(folder / "config.json", config)
-    return count
 
 
 FAMILY = Family(
