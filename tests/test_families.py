@@ -1,5 +1,5 @@
 """Real diffusion families on transformers' own classes, from tiny checkpoints in each family's
-released on-disk format (dcode.testing.checkpoints writes them and cites the sources): Dream
+released on-disk format (each family's module writes them and cites the sources): Dream
 (Qwen2 names, model_type "Dream", one file or shards, a remote-code tokenizer_config), LLaDA (OLMo
 names and config keys), SDAR (model_type "sdar", Qwen3 names, eos in generation_config.json) and
 Fast-dLLM v2 (model_type "Fast_dLLM_Qwen", bd_size, the mask in the tokenizer only). Logits are

@@ -1,5 +1,5 @@
 """LLaDA2.x mini (llada2_moe) from a tiny checkpoint in its released layout
-(dcode.testing.checkpoints.write_llada2): a dense first layer, then mixture-of-experts layers with
+(dcode.models.families.llada2.write_checkpoint): a dense first layer, then mixture-of-experts layers with
 group-limited routing and a shared expert, a fused query_key_value with q/k norms, partial rotary,
 block-causal attention in blocks of 32 from position 0, logits not shifted.
 

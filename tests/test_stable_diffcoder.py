@@ -1,5 +1,5 @@
 """Stable-DiffCoder (ByteDance-Seed/Stable-DiffCoder-8B-Instruct, -Base) from a tiny checkpoint in
-its released layout (dcode.testing.checkpoints.write_stable_diffcoder): model_type "llama" and
+its released layout (dcode.models.families.stable_diffcoder.write_checkpoint): model_type "llama" and
 StableDiffcoderForCausalLM, Llama names without biases, <[MASK_TOKEN]> at id 5 in the tokenizer.
 
 Logits are checked against test_families' plain-torch forward run on Llama's names (float32, and

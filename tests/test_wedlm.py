@@ -1,5 +1,5 @@
-"""WeDLM (Tencent/WeDLM) from a tiny checkpoint in its released layout (dcode.testing.checkpoints.
-write_wedlm): model_type "wedlm", Qwen3 names, causal attention over the canvas reordered (filled
+"""WeDLM (Tencent/WeDLM) from a tiny checkpoint in its released layout (dcode.models.families.wedlm.
+write_checkpoint): model_type "wedlm", Qwen3 names, causal attention over the canvas reordered (filled
 tokens first, masks after, each at its own rotary position), logits at each mask's own slot.
 
 Logits against test_families' plain-torch forward run on the reordered canvas (float32, and

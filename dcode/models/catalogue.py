@@ -2,9 +2,9 @@
 each is (Hugging Face id, family, parameters, download size, licence, the authors' HumanEval and
 MBPP), the memory its weights take per dtype, and whether that fits this machine.
 
-Torch-free: `dcode models available` and name resolution must stay fast. Owns the table, short
-name -> id, the memory arithmetic, this machine's RAM (os.sysconf) and GPU memory (nvidia-smi,
-when there is one), and the hint dcode-tiny's answers carry. Knows nothing about loading.
+Torch-free: `dcode models available` and name resolution must stay fast. Owns short name -> id,
+the memory arithmetic, this machine's RAM (os.sysconf) and GPU memory (nvidia-smi, when there is
+one), and the hint dcode-tiny's answers carry. Knows nothing about loading.
 
 The entries are the family modules' (dcode.models.families), each citing its numbers' sources
 (the authors' own pages; "~" marks an estimate made there).
