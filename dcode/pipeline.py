@@ -22,6 +22,7 @@ from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Event, Span, Started, Step, Unit
 from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.flows import InputError, check_room
+from dcode.models import chat
 from dcode.models.base import Denoiser
 from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
 from dcode.sampler import denoise, trim_answer
@@ -53,9 +54,7 @@ def prompt_ids(model: Denoiser, request: str, language: str) -> list[int]:
     text = request_text(model, request, language)
     tokenizer = model.tokenizer
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
+        text = chat.render(model, [{"role": "user", "content": text}])
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 

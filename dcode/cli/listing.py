@@ -222,7 +222,7 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     entry = catalogue.find(model_id)
     if entry is not None and not entry.family:
         fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)
-    model_id = entry.repo_id if entry is not None else model_id
+    model_id = entry.repo_id if entry is not None else catalogue.current_id(model_id)
     if not checkpoint.is_repo_id(model_id):
         fail(f"neither a name from `dcode models available` nor a Hugging Face id (org/name): {model_id}", USAGE)
 

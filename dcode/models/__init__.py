@@ -109,8 +109,9 @@ def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path
     if entry is not None:  # a short name: its id, which says what the files do not (bd3lm, mdlm)
         spec = entry.repo_id
     if checkpoint.is_repo_id(spec):
+        spec = catalogue.current_id(spec)  # a moved org's old spelling reaches the same files
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        snapshot = checkpoint.cached_snapshot(cache, spec)
+        snapshot = cached(cache, spec)
         if snapshot is None:
             raise ModelError(
                 f"{spec} is neither a folder nor in the Hugging Face cache ({cache}): "
@@ -118,6 +119,16 @@ def resolve(spec: str | None, cache_dir: Path | str | None = None) -> tuple[Path
             )
         return snapshot, spec
     raise ModelError(f"model folder not found: {spec}")
+
+
+def cached(cache: Path, repo_id: str) -> Path | None:
+    """The cached snapshot of `repo_id`, or of a former spelling of it (a copy pulled before its
+    org moved), or None."""
+    for spelling in (repo_id, *catalogue.former_ids(repo_id)):
+        snapshot = checkpoint.cached_snapshot(cache, spelling)
+        if snapshot is not None:
+            return snapshot
+    return None
 
 
 def load(
@@ -214,7 +225,13 @@ def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
     headers only."""
     found = [model_info(EMBEDDED_NAME, EMBEDDED)]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    for repo_id, snapshot in checkpoint.cached_repos(cache):
+    named: set[str] = set()
+    for spelling, snapshot in checkpoint.cached_repos(cache):
+        repo_id = catalogue.current_id(spelling)  # listed under the id --model and pull take now
+        if repo_id in named:
+            continue
+        named.add(repo_id)
+        snapshot = cached(cache, repo_id) or snapshot  # the current spelling's copy first, as load() reads
         try:
             info = model_info(repo_id, snapshot)
             if info.complete:  # an interrupted download says so instead

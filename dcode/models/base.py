@@ -49,6 +49,9 @@ class ModelFacts:
     # {"ordering": "entropy", "temperature": 0.1}); the CLI applies them to options the user left
     # unset (dcode.config.merge_family_defaults). Not hashed: a dict.
     defaults: Mapping[str, object] = field(default_factory=dict, hash=False)
+    # Keyword arguments the chat template is rendered with, as the authors render it (Tiny-A2D:
+    # {"enable_thinking": False}); dcode.models.chat.render applies them. Not hashed: a dict.
+    chat_options: Mapping[str, object] = field(default_factory=dict, hash=False)
 
 
 class Cache(Protocol):

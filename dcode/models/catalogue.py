@@ -17,10 +17,13 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
-from dcode.models.families import CATALOGUE
+from dcode.models.families import CATALOGUE, FAMILIES
 from dcode.models.family import BYTES, Entry
 
-__all__ = ["BY_NAME", "BYTES", "CATALOGUE", "CPU_PICK", "GPU_PICK", "Entry", "find", "fits", "hint", "rows"]
+__all__ = [
+    "BY_NAME", "BYTES", "CATALOGUE", "CPU_PICK", "GPU_PICK", "MOVED", "Entry", "current_id", "find", "fits", "hint",
+    "former_ids", "rows",
+]  # fmt: skip
 
 # Weights are not all a run holds: activations, the key/value cache and the runtime take more.
 # A model "fits" when its weights times this are below the memory (a margin, not a measurement).
@@ -28,13 +31,30 @@ HEADROOM = 1.25
 
 BY_NAME = {entry.name: entry for entry in CATALOGUE}
 CPU_PICK, GPU_PICK = "a2d-coder-0.5b", "dream-coder-7b"
+# former org (lower-case) -> the org its authors moved their releases to (the families' `moved`)
+MOVED = {old.lower(): new for family in FAMILIES.values() for old, new in family.moved}
+
+
+def current_id(repo_id: str) -> str:
+    """The id under the org its authors use now; any other id as given.
+    Example: current_id("dllm-collection/Qwen3-0.6B-diffusion-bd3lm-v0.1") -> "dllm-hub/Qwen3-0.6B-diffusion-bd3lm-v0.1"."""
+    org, slash, name = repo_id.partition("/")
+    return f"{MOVED[org.lower()]}/{name}" if slash and org.lower() in MOVED else repo_id
+
+
+def former_ids(repo_id: str) -> list[str]:
+    """The spellings an id had before its org moved (older cached copies sit under them)."""
+    org, slash, name = current_id(repo_id).partition("/")
+    return [f"{old}/{name}" for old, new in MOVED.items() if slash and new.lower() == org.lower()]
 
 
 def find(spec: str) -> Entry | None:
-    """The entry a short name or a Hugging Face id names (ids compare case-insensitively)."""
+    """The entry a short name or a Hugging Face id names (ids compare case-insensitively, a moved
+    org's old spelling as its new one)."""
     if spec in BY_NAME:
         return BY_NAME[spec]
-    return next((e for e in CATALOGUE if e.repo_id.lower() == spec.lower()), None)
+    wanted = current_id(spec).lower()
+    return next((e for e in CATALOGUE if e.repo_id.lower() == wanted), None)
 
 
 def ram_gb() -> float | None:

@@ -64,6 +64,8 @@ class FamilyFacts:
     mask_id: int | None = None  # the id the released code falls back to when no file names a mask (WeDLM)
     attention: Literal["full", "filled-first"] = "full"  # ModelFacts.attention
     block: int | None = None  # the attention block when config.json names none (LLaDA2: its sampler's)
+    # keyword arguments the authors render the chat template with (Tiny-A2D: enable_thinking=False)
+    chat_options: Mapping[str, object] = field(default_factory=dict)
 
 
 # Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
@@ -147,6 +149,7 @@ def state(
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),
         defaults={**alg_defaults(spec, generation), **(config.get("dcode_defaults") or {})},
+        chat_options=dict(spec.chat_options),
     )
 
 

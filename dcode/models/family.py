@@ -44,6 +44,7 @@ class Entry:
     humaneval: float | None  # pass@1 as the authors report it
     mbpp: float | None
     note: str = ""
+    scored_with: str = ""  # the decoding the authors measured the scores with (dcode's default is not it)
 
     def memory_gb(self, dtype: str) -> float:
         """The weights' size in `dtype`, GB. Example: 0.49B parameters in bfloat16 -> 0.98."""
@@ -63,6 +64,9 @@ class Family:
     facts: facts.FamilyFacts | None = None  # a mask-diffusion family's beliefs; None: state_facts
     state_facts: StateFacts | None = None  # how a family of another kind states them (DiffusionGemma)
     catalogue: tuple[Entry, ...] = ()  # its released checkpoints, as `dcode models available` lists them
+    # (former org, current org) where the authors moved their releases: the old spelling of an id
+    # still resolves (pull, --model, the cache, `dcode models`) to the current one's files.
+    moved: tuple[tuple[str, str], ...] = ()
     load: Loader  # reads a checkpoint folder; heavy imports happen inside it
     # checkpoint name -> writer of a random checkpoint in the released format (dcode.testing.checkpoints)
     checkpoints: Mapping[str, Writer] = field(default_factory=dict)

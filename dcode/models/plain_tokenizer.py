@@ -162,9 +162,14 @@ class PlainTokenizer:
         return decoder.decode(tokens) if decoder is not None else "".join(tokens)
 
     def apply_chat_template(
-        self, messages: list[dict[str, str]], tokenize: bool = False, add_generation_prompt: bool = False
+        self,
+        messages: list[dict[str, str]],
+        tokenize: bool = False,
+        add_generation_prompt: bool = False,
+        **options: object,
     ) -> str:
-        """The messages in the chat template, as transformers renders it (tokenize=False only)."""
+        """The messages in the chat template, as transformers renders it (tokenize=False only);
+        `options` are the template's own variables (enable_thinking), as transformers passes them."""
         if self.chat_template is None:
             raise ModelError("this tokenizer has no chat template")
         if tokenize:
@@ -179,5 +184,5 @@ class PlainTokenizer:
         env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **self.special
+            messages=messages, add_generation_prompt=add_generation_prompt, **{**self.special, **options}
         )

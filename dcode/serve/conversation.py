@@ -18,6 +18,7 @@ from typing import Any
 
 from dcode import pipeline
 from dcode.models.base import Denoiser
+from dcode.models.chat import render
 from dcode.serve.jobs import BadRequest
 
 Message = tuple[str, str]  # (role, text)
@@ -94,12 +95,10 @@ def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str
     request = f"{context}\n\n{chat[last]['content']}" if context else chat[last]["content"]
     if not getattr(tokenizer, "chat_template", None):
         return "\n\n".join([request, *(m["content"] for m in chat[last + 1 :] if m["content"].strip())])
-    whole = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    alone = tokenizer.apply_chat_template(chat[last:], tokenize=False, add_generation_prompt=True)
+    whole, alone = render(model, chat), render(model, chat[last:])
     if whole != alone or last == 0:
-        return str(whole)
-    folded = [{"role": "user", "content": request}, *chat[last + 1 :]]
-    return str(tokenizer.apply_chat_template(folded, tokenize=False, add_generation_prompt=True))
+        return whole
+    return render(model, [{"role": "user", "content": request}, *chat[last + 1 :]])
 
 
 def encoded(model: Denoiser, messages: Sequence[Message], language: str) -> list[int]:

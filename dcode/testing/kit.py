@@ -150,7 +150,8 @@ def write_tokenizer(folder: Path, tokenizer, settings: dict, files: str) -> dict
     from dcode.train.tokenizer import SPECIAL_TOKENS
 
     added = [t.content for t in tokenizer.get_added_tokens_decoder().values()]
-    ids = {t: tokenizer.token_to_id(t) for t in dict.fromkeys([*SPECIAL_TOKENS, *added])}
+    found = {t: tokenizer.token_to_id(t) for t in dict.fromkeys([*SPECIAL_TOKENS, *added])}
+    ids = {t: i for t, i in found.items() if i is not None}  # dcode's own are absent from train_bpe_first's
     if files == "json":
         tokenizer.save(str(folder / "tokenizer.json"))
     else:

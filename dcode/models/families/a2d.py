@@ -10,13 +10,20 @@ name tells them apart (facts.named_block). Logits are read at the same position;
 <|mask|>, found in the tokenizer. Here the config is mapped onto Qwen2Config / Qwen3Config and
 run through decoder.DecoderDenoiser. Knows nothing about sampling, files or the terminal.
 
-Sources (read to understand, nothing copied): ZHZisZZ/dllm dllm/pipelines/a2d (convert.py,
-models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on the source Qwen's names),
-dllm/core/samplers/bd3lm.py, dllm/utils/models.py get_tokenizer (<|mask|> added, not in
-config.json; <|im_end|> eot), examples/a2d/{bd3lm,mdlm}/sample.py; examples/a2d/README.md
-(Table 1: HumanEval / MBPP of the Coder 0.5B releases, reproduced with dllm's framework; the
-Qwen3 0.6B releases' evaluation table); licence Apache-2.0 (the model cards' metadata).
-Parameters: the source models (Qwen2.5-Coder-0.5B-Instruct 0.49B, Qwen3-0.6B 0.60B, tied heads).
+Sources (read to understand, nothing copied), ZHZisZZ/dllm at ca176752 (its latest stored commit):
+dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
+the source Qwen's names), dllm/core/samplers/bd3lm.py, dllm/utils/models.py get_tokenizer (<|mask|>
+added, not in config.json; <|im_end|> eot; since bcb6bed5, 2026-02-17, apply_chat_template defaults
+to enable_thinking=False for A2DQwen2 and A2DQwen3 alike), examples/a2d/README.md (the HumanEval /
+MBPP tables, "Reproduced" with dllm's framework) and examples/a2d/{bd3lm,mdlm}/eval.sh (how they
+were measured: max_new_tokens=256, steps=256, block_size 32 for bd3lm and 256 for mdlm, cfg 0,
+greedy); the org: b8d76ff7 ("Release v0.1.0", 2026-02-26) links every release under dllm-hub/, no
+longer dllm-collection/. Licence Apache-2.0 (the model cards' metadata). Sizes: the Hub's file
+listing (dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-mdlm-v0.1: model.safetensors 1.26 GB; the
+collection page: 0.6B and 0.8B parameters): the releases store the tied head a second time as
+lm_head.weight, so 0.49B + 0.14B = 0.63B (Qwen2.5-Coder-0.5B) and 0.60B + 0.16B = 0.75B (Qwen3-0.6B)
+parameters are on disk and in what `dcode models pull` prints. Whether their config.json still says
+tie_word_embeddings true was not read here; dcode loads either way (decoder.qwen_values).
 """
 
 from __future__ import annotations
@@ -45,17 +52,25 @@ FACTS = FamilyFacts(
     default_length=32768,
     named_blocks=(("bd3lm", 32), ("mdlm", None)),
     block_origin="answer",
+    # dllm's get_tokenizer (since bcb6bed5): enable_thinking=False unless asked otherwise, so a
+    # Qwen3 template writes an empty <think>\n\n</think>\n\n block after the assistant header (the
+    # Qwen3-0.6B cards recommend it; the published scores were measured so). Qwen2.5's ignores it.
+    chat_options={"enable_thinking": False},
 )
+# examples/a2d/{bd3lm,mdlm}/eval.sh: one token per pass (steps = max_new_tokens = 256), greedy.
+BD3LM_SCORED = "greedy, one token per pass, 256 tokens, blocks of 32 (dllm eval.sh)"
+MDLM_SCORED = "greedy, one token per pass, 256 tokens, one block of 256 (dllm eval.sh)"
+DUPLICATE_HEAD = "the tied head stored twice: 0.49B loaded, 0.63B on disk"
 CATALOGUE = (
-    # The CPU pick: block diffusion (exact cache of finished 32-token blocks), 0.5B.
-    Entry("a2d-coder-0.5b", "dllm-collection/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1",
-          "a2d", 0.49, 0.99, "Apache-2.0", 39.0, 33.2, "block diffusion; the model for a CPU"),
-    Entry("a2d-coder-0.5b-mdlm", "dllm-collection/Qwen2.5-Coder-0.5B-Instruct-diffusion-mdlm-v0.1",
-          "a2d", 0.49, 0.99, "Apache-2.0", 28.1, 23.0, "full attention"),
-    Entry("a2d-qwen3-0.6b", "dllm-collection/Qwen3-0.6B-diffusion-bd3lm-v0.1",
-          "a2d", 0.60, 1.19, "Apache-2.0", 46.3, 38.2, "block diffusion; general, not code-tuned"),
-    Entry("a2d-qwen3-0.6b-mdlm", "dllm-collection/Qwen3-0.6B-diffusion-mdlm-v0.1",
-          "a2d", 0.60, 1.19, "Apache-2.0", 30.5, 29.2, "full attention"),
+    # The CPU pick by the README's rule: block diffusion (exact cache of finished 32-token blocks), 0.5B.
+    Entry("a2d-coder-0.5b", "dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1",
+          "a2d", 0.63, 1.26, "Apache-2.0", 39.0, 33.2, "block diffusion; " + DUPLICATE_HEAD, BD3LM_SCORED),
+    Entry("a2d-coder-0.5b-mdlm", "dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-mdlm-v0.1",
+          "a2d", 0.63, 1.26, "Apache-2.0", 28.1, 23.0, "full attention; " + DUPLICATE_HEAD, MDLM_SCORED),
+    Entry("a2d-qwen3-0.6b", "dllm-hub/Qwen3-0.6B-diffusion-bd3lm-v0.1",
+          "a2d", 0.75, 1.50, "Apache-2.0", 46.3, 38.2, "block diffusion; general, not code-tuned", BD3LM_SCORED),
+    Entry("a2d-qwen3-0.6b-mdlm", "dllm-hub/Qwen3-0.6B-diffusion-mdlm-v0.1",
+          "a2d", 0.75, 1.50, "Apache-2.0", 30.5, 29.2, "full attention", MDLM_SCORED),
 )  # fmt: skip
 
 
@@ -73,7 +88,7 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, conf
 # ---------------------------------------------------------------------------------------------
 # The released format, for tests: random weights, a small tokenizer
 
-# Qwen3's template: enable_thinking=false writes an empty think block (dllm renders without it).
+# Qwen3's template: enable_thinking=false writes an empty think block (dllm renders so: FACTS.chat_options).
 QWEN3_THINK_OFF = (
     "{{ '<|im_start|>assistant\\n' }}{% endif %}",
     "{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is defined and enable_thinking is false %}"
@@ -81,17 +96,22 @@ QWEN3_THINK_OFF = (
 )
 
 
-def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int, *, qwen3: bool = False) -> int:
+def write_checkpoint(
+    folder: Path, size: Size, device: torch.device, seed: int, *, qwen3: bool = False, head: bool = True
+) -> int:
     """Tiny-A2D's format (dllm's convert.py + save_pretrained of A2DQwen{2,3}LMHeadModel): the
     source Qwen's config keys under model_type "a2d-qwen2" / "a2d-qwen3", its weight names (Qwen2:
     q/k/v biases; Qwen3: q_norm / k_norm, head_dim), the head tied as in Qwen2.5-Coder-0.5B and
     Qwen3-0.6B; the tokenizer as Qwen ships it (vocab.json + merges.txt, Qwen2Tokenizer) with
     <|mask|> added (dllm get_tokenizer) and named mask_token; eos [<|im_end|>, <|endoftext|>] in
-    generation_config.json. bd3lm or mdlm is the folder's name alone."""
+    generation_config.json. bd3lm or mdlm is the folder's name alone. `head`: the embedding also
+    stored as lm_head.weight, as the releases do (1.26 GB for 0.49B parameters)."""
     from dcode.testing.kit import (
         QWEN_TEMPLATE,
+        qwen2_shapes,
         qwen_config,
-        save_qwen_weights,
+        random_weights,
+        save_weights,
         train_bpe,
         write_json,
         write_qwen_generation,
@@ -107,7 +127,10 @@ def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int, 
         "model_max_length": 32768, "errors": "replace", "split_special_tokens": False,
     }  # fmt: skip
     ids = write_tokenizer(folder, tokenizer, settings, "vocab")
-    count = save_qwen_weights(folder, size, device, seed, head=False, qwen3=qwen3)
+    weights = random_weights(qwen2_shapes(size, size.rows, head=False, qwen3=qwen3), seed, device, size.spread)
+    if head:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
+    count = save_weights(weights, folder, size.dtype)
     kind = "Qwen3" if qwen3 else "Qwen2"
     config = qwen_config(size, ids, tied=True) | {
         "architectures": [f"A2D{kind}LMHeadModel"],
@@ -128,6 +151,7 @@ FAMILY = Family(
     architectures=frozenset({"A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"}),
     facts=FACTS,
     catalogue=CATALOGUE,
+    moved=(("dllm-collection", "dllm-hub"),),  # b8d76ff7: the org moved; names and -v0.1 unchanged
     load=load,
     # the name carries bd3lm / mdlm, as the released ids do
     checkpoints={

@@ -2,7 +2,10 @@
 
 A released checkpoint says model_type "llama", so it is told from a plain Llama by the class it
 names: architectures ["StableDiffcoderForCausalLM"], or an auto_map value in the module
-`modeling_stable_diffcoder` (FAMILY.modules; Diffulex tells them apart the same way). Its layers are
+`modeling_stable_diffcoder` (FAMILY.modules; Diffulex tells them apart the same way). The older
+release (transformers 4.46.2; the authors' README still links it: Instruct revision b5fd5dc0, Base
+1a32eee2) names SeedDiffcoderForCausalLM in `modeling_seed_diffcoder` under architectures
+["LlamaForCausalLM"] and ships no generation_config.json: detected by its auto_map alike. Its layers are
 plain Llama layers under Llama's weight names: no q/k/v/o or MLP biases, full rotary positions,
 an untied head. Its generate() runs them block-causal in blocks of 4 counted from position 0
 and reads each position's own logits (shift=False). Here the config is mapped onto
@@ -20,13 +23,20 @@ Sources, read to understand:
   (StableDiffcoderForCausalLM(LlamaForCausalLM), generate_block: mask_id=5, block_length=4, a
   block-causal mask of whole blocks from position 0); a code-model harness's SeedDiffCoder wrapper
   (_STABLE_DIFFCODER_MASK_ID = 5, <[MASK_TOKEN]>); LlamaEdge's SeedInstructPrompt (the turns).
-- The catalogue: the README (HumanEval 86.6, MBPP 85.7), MIT.
+- The older format: the README at ece1ffb ("[2026/03/09] Update to adapt transformers
+  v4.46.2->v5.3.0", the "old version (transformers==4.46.2)" links above); what that revision's
+  config.json holds (SeedDiffcoderForCausalLM in modeling_seed_diffcoder, architectures
+  LlamaForCausalLM, no generation_config.json) is as issue 35 reports it, not read here.
+- The catalogue: the README (HumanEval 86.6, MBPP 85.7, measured with its generate() settings above),
+  MIT. 8.25B parameters: Llama-8B layers with an untied 155,136-row vocabulary (2 x 155136 x 4096 =
+  1.27B in embedding and head), 16.5 GB in bfloat16.
 Knows nothing about sampling, files or the terminal.
 """
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,8 +65,9 @@ FACTS = FamilyFacts(
     block=4,
 )
 CATALOGUE = (
-    Entry("stable-diffcoder-8b", "ByteDance-Seed/Stable-DiffCoder-8B-Instruct", "stable_diffcoder", 8.0, 16.0, "MIT",
-          86.6, 85.7, "block diffusion, blocks of 4"),
+    Entry("stable-diffcoder-8b", "ByteDance-Seed/Stable-DiffCoder-8B-Instruct", "stable_diffcoder", 8.25, 16.5, "MIT",
+          86.6, 85.7, "block diffusion, blocks of 4",
+          "greedy, one token per pass, blocks of 4 (the README's generate())"),
 )  # fmt: skip
 
 LLAMA_KEYS = (
@@ -114,12 +125,14 @@ def seed_tokenizer(folder: Path, size: Size) -> dict[str, int]:
     return ids
 
 
-def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int, *, older: bool = False) -> int:
     """Stable-DiffCoder-8B-Instruct's format as third-party code reads it (Diffulex's
     stable_diffcoder config and model): model_type "llama", StableDiffcoderForCausalLM with an
     auto_map to modeling_stable_diffcoder, Llama's names without any bias, an untied head, rope_theta
     500000, bos / pad / eos 0 / 1 / 2 in config.json and generation_config.json (the latter's
-    content inferred), and a tokenizer with <[MASK_TOKEN]> at 5 (seed_tokenizer)."""
+    content inferred), and a tokenizer with <[MASK_TOKEN]> at 5 (seed_tokenizer). `older`: the
+    transformers-4.46 release: SeedDiffcoderForCausalLM in modeling_seed_diffcoder, architectures
+    ["LlamaForCausalLM"], no generation_config.json (as issue 35 reports it)."""
     from dcode.testing.kit import STD, qwen2_shapes, random_weights, save_weights
 
     ids = seed_tokenizer(folder, size)
@@ -137,7 +150,14 @@ def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) 
         "tie_word_embeddings": False, "use_cache": True, "pretraining_tp": 1,
         "bos_token_id": bos, "pad_token_id": pad, "eos_token_id": eos, "torch_dtype": size.dtype,
     }  # fmt: skip
+    if older:
+        config |= {
+            "architectures": ["LlamaForCausalLM"], "transformers_version": "4.46.2",
+            "auto_map": {"AutoModelForCausalLM": "modeling_seed_diffcoder.SeedDiffcoderForCausalLM"},
+        }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    if older:
+        return count
     generation = {"bos_token_id": bos, "pad_token_id": pad, "eos_token_id": eos}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     return count
@@ -147,10 +167,10 @@ FAMILY = Family(
     name="stable_diffcoder",
     # model_type "llama": told from a plain Llama by its class or its modeling module alone.
     model_types=frozenset(),
-    architectures=frozenset({"StableDiffcoderForCausalLM"}),
-    modules=frozenset({"modeling_stable_diffcoder"}),
+    architectures=frozenset({"StableDiffcoderForCausalLM", "SeedDiffcoderForCausalLM"}),
+    modules=frozenset({"modeling_stable_diffcoder", "modeling_seed_diffcoder"}),
     facts=FACTS,
     catalogue=CATALOGUE,
     load=load,
-    checkpoints={"stable_diffcoder": write_checkpoint},
+    checkpoints={"stable_diffcoder": write_checkpoint, "stable_diffcoder_older": partial(write_checkpoint, older=True)},
 )
