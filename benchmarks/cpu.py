@@ -14,8 +14,9 @@ many tokens as the default answered each prompt.
 
 (b) Real shapes with random weights on dcode.models.native's forward (Qwen2 layers; the Qwen3 and
 CoDA shapes without Qwen3's per-head q/k norm, a negligible share of the work): a 256-token prefix
-in the cache, then the median ms of one pass feeding a 32-token block in 1, 4, 8 and 16 rows (the
-verify rule's rows), and of one autoregressive step (1 token, 1 row, causal) over the same cache;
+in the cache, then the median ms of one pass feeding a block (32 tokens; SDAR's shape its own 4) in
+1, 4, 8 and 16 rows (the verify rule's rows), and of one autoregressive step (1 token, 1 row,
+causal) over the same cache;
 float32, bfloat16 and, for the linears, int8 dynamic quantisation where torch has it for this CPU;
 the peak memory of each. tok/s at 1, 2, 3 and 5 tokens per pass is projected from the measured
 1-row block pass: only the tokens per pass are projected, the times are measured.
@@ -60,6 +61,7 @@ DTYPES = ("float32", "bfloat16")
 SETTINGS = ("left-to-right", "model-defaults", "model-defaults-no-pack", "threshold-0.7", "entropy-bound-0.6")
 WARM_UP = 3  # prompts run once, untimed, before the timed run
 PREFIX, BLOCK, ROWS, PER_PASS = 256, 32, (1, 4, 8, 16), (1, 2, 3, 5)
+BLOCKS = {"sdar-1.7b": 4}  # a shape whose release decodes in blocks other than BLOCK (SDAR: config.json block_size)
 
 # Published configs (config.json of each release), as native.Shape reads them.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -71,6 +73,11 @@ SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": {  # Qwen/Qwen3-0.6B, Tiny-A2D's other base
         "vocab_size": 151936, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
         "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072, "tie_word_embeddings": True,
+        "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+    },
+    "sdar-1.7b": {  # JetLM/SDAR-1.7B-Chat: Qwen3-1.7B layers, an untied head (4.06 GB in bfloat16)
+        "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 6144, "tie_word_embeddings": False,
         "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
     },
     "coda-1.7b": {  # Salesforce/CoDA-v0-Instruct (Qwen3-1.7B layers)
@@ -229,9 +236,9 @@ def median_ms(run: Callable[[], object], repeats: int) -> tuple[float, float]:
 
 
 @torch.inference_mode()
-def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
-    """ms (CPU time; wall time beside it) of a 32-token block pass in 1/4/8/16 rows and of a 1-token
-    causal step, over a 256-token cache."""
+def shape_passes(model: native.Qwen2, repeats: int, block: int = BLOCK) -> dict[str, float]:
+    """ms (CPU time; wall time beside it) of a `block`-token block pass in 1/4/8/16 rows and of a
+    1-token causal step, over a 256-token cache."""
     vocab = model.shape.vocab
     prefix = torch.randint(0, vocab, (1, PREFIX), generator=torch.Generator().manual_seed(1))
     cache = native.NativeCache()
@@ -239,8 +246,8 @@ def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
     result: dict[str, float] = {}
 
     def block_pass(rows: int) -> Callable[[], object]:
-        ids = torch.randint(0, vocab, (rows, BLOCK), generator=torch.Generator().manual_seed(2))
-        mask = native.block_causal_mask(PREFIX, BLOCK, PREFIX + BLOCK, BLOCK, ids.device)  # the block sees itself
+        ids = torch.randint(0, vocab, (rows, block), generator=torch.Generator().manual_seed(2))
+        mask = native.block_causal_mask(PREFIX, block, PREFIX + block, block, ids.device)  # the block sees itself
 
         def run() -> object:
             cache.widen(rows)
@@ -253,16 +260,16 @@ def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
     def packed_pass(rows: int) -> Callable[[], object]:
         """The same rows packed into one sequence (dcode.forward.PackedRows), the output head on the
         positions a verify pass reads: one per row, and the last row's rest of the block."""
-        ids = torch.randint(0, vocab, (rows * BLOCK,), generator=torch.Generator().manual_seed(2))
-        positions = torch.arange(PREFIX, PREFIX + BLOCK).repeat(rows)
-        segments = torch.arange(1, rows + 1).repeat_interleave(BLOCK)
-        mask = native.packed_mask(positions, segments, PREFIX, BLOCK)
-        firsts = torch.arange(rows) * (BLOCK + 1)  # row r at offset r
-        read = torch.cat([firsts, (rows - 1) * BLOCK + torch.arange(rows, BLOCK)])
+        ids = torch.randint(0, vocab, (rows * block,), generator=torch.Generator().manual_seed(2))
+        positions = torch.arange(PREFIX, PREFIX + block).repeat(rows)
+        segments = torch.arange(1, rows + 1).repeat_interleave(block)
+        mask = native.packed_mask(positions, segments, PREFIX, block)
+        firsts = torch.arange(rows) * (block + 1)  # row r at offset r
+        read = torch.cat([firsts, (rows - 1) * block + torch.arange(rows, block)])
 
         def run() -> object:
             cache.widen(1)
-            hidden = model.hidden(ids[None], positions, mask, cache)[0]  # (rows * BLOCK, hidden)
+            hidden = model.hidden(ids[None], positions, mask, cache)[0]  # (rows * block, hidden)
             cache.crop(PREFIX)
             return native.head_logits(model.lm_head, hidden[read])
 
@@ -270,7 +277,8 @@ def shape_passes(model: native.Qwen2, repeats: int) -> dict[str, float]:
 
     for rows in ROWS[1:]:
         result[f"block_{rows}_rows_wall_ms"], result[f"block_{rows}_rows_ms"] = median_ms(block_pass(rows), repeats)
-        result[f"packed_{rows}_rows_wall_ms"], result[f"packed_{rows}_rows_ms"] = median_ms(packed_pass(rows), repeats)
+        packed = median_ms(packed_pass(rows), repeats) if rows < block else (float("nan"),) * 2  # a row per position
+        result[f"packed_{rows}_rows_wall_ms"], result[f"packed_{rows}_rows_ms"] = packed
     step_ids = torch.tensor([[5]])
     step_mask = native.block_causal_mask(PREFIX, 1, PREFIX + 1, 1, step_ids.device)
 
@@ -301,23 +309,26 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def shapes_part(names: list[str], repeats: int, int8: bool) -> list[dict[str, Any]]:
+def shapes_part(
+    names: list[str], repeats: int, int8: bool, dtypes: tuple[str, ...] = DTYPES
+) -> list[dict[str, Any]]:
     """(b): a row per shape and dtype (and int8 linears where asked): ms per pass, memory, projections."""
     out: list[dict[str, Any]] = []
     for name in names:
         config = SHAPES[name]
-        kinds = [*DTYPES, *(["int8"] if int8 and name == "qwen2.5-0.5b" else [])]
+        kinds = [*dtypes, *(["int8"] if int8 and name == "qwen2.5-0.5b" else [])]
         for kind in kinds:
             with PeakMemory(torch.device("cpu")) as peak:
                 model = random_model(config, torch.float32 if kind == "int8" else getattr(torch, kind))
                 if kind == "int8" and int8_linears(model) is None:
                     continue
-                timed = shape_passes(model, repeats)
+                timed = shape_passes(model, repeats, BLOCKS.get(name, BLOCK))
             weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.is_floating_point())
             del model
             release_memory()
             one = timed["block_1_rows_wall_ms"]
-            row = {"shape": name, "dtype": kind, **timed, "peak_mib": round(peak.mb), "memory": peak.kind}
+            row = {"shape": name, "dtype": kind, "block": BLOCKS.get(name, BLOCK), **timed, "peak_mib": round(peak.mb)}
+            row["memory"] = peak.kind
             row["float_weights_mib"] = round(weights / 2**20)
             row["block_over_step"] = one / timed["ar_step_wall_ms"]
             row["ar_tok_s"] = 1000 / timed["ar_step_wall_ms"]
@@ -420,16 +431,16 @@ def tiny_markdown(rows: list[dict[str, Any]], prompts: int) -> str:
 
 def shapes_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| shape | dtype | block pass, 1 row ms (CPU) | 4 rows | 8 rows | 16 rows | packed 4 / 8 / 16 rows "
+        "| shape | dtype | block | block pass, 1 row ms (CPU) | 4 rows | 8 rows | 16 rows | packed 4 / 8 / 16 rows "
         "| AR step ms (CPU) | block / step | peak MiB (float weights) | AR tok/s "
         "| projected tok/s at 1 / 2 / 3 / 5 tok/pass |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         projected = " / ".join(f"{r[f'tok_s_at_{k}_per_pass']:.1f}" for k in PER_PASS)
         packed = " / ".join(f"{r[f'packed_{k}_rows_wall_ms']:.0f}" for k in ROWS[1:])
         lines.append(
-            f"| {r['shape']} | {r['dtype']} | {r['block_1_rows_wall_ms']:.0f} ({r['block_1_rows_ms']:.0f}) "
+            f"| {r['shape']} | {r['dtype']} | {r.get('block', BLOCK)} | {r['block_1_rows_wall_ms']:.0f} ({r['block_1_rows_ms']:.0f}) "
             f"| {r['block_4_rows_wall_ms']:.0f} | {r['block_8_rows_wall_ms']:.0f} | {r['block_16_rows_wall_ms']:.0f} "
             f"| {packed} "
             f"| {r['ar_step_wall_ms']:.0f} ({r['ar_step_ms']:.0f}) | {r['block_over_step']:.2f} "
@@ -476,6 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="(b): comma-separated (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="(b): timed calls per median (default: %(default)s)")
     parser.add_argument("--no-int8", action="store_true", help="(b): skip int8 dynamic quantisation")
+    parser.add_argument("--shape-dtypes", default=",".join(DTYPES), help="(b): dtypes (default: %(default)s)")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="(a): setting names (default: %(default)s)")
     parser.add_argument("--skip-tiny", action="store_true")
     parser.add_argument("--llama-bench", type=Path, help="(c): llama.cpp's llama-bench")
@@ -495,7 +507,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.shape_threads or args.threads)
     args.shape_threads = torch.get_num_threads()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
-    report["shapes"] = shapes_part(names, args.repeats, not args.no_int8)
+    report["shapes"] = shapes_part(names, args.repeats, not args.no_int8, tuple(args.shape_dtypes.split(",")))
     report["llama_cpp"] = llama_part(args) if args.llama_bench else []
     report |= {"load_after": os.getloadavg(), "seconds": round(time.perf_counter() - began)}
     args.out.mkdir(parents=True, exist_ok=True)

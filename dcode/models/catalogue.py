@@ -29,8 +29,36 @@ __all__ = [
 # A model "fits" when its weights times this are below the memory (a margin, not a measurement).
 HEADROOM = 1.25
 
+# The CPU pick, by the rule the README states: the best authors' HumanEval among the models dcode
+# loads whose bfloat16 weights fit a CPU_RAM_GB laptop with HEADROOM, and whose one block pass over
+# a 256-token cache (benchmarks/cpu.py, part (b): random weights, bfloat16, 2 cores) costs at most
+# CPU_PASS_LIMIT times the 0.5B Tiny-A2D shape's 32-token pass. PASS_COST: that ratio as measured;
+# a model without a measurement is not picked. Measured on a shared 2-core machine (noisy: compare
+# within one run): qwen3-0.6b 272 / 185 ms and coda-1.7b 526 / 185 ms (docs/benchmarks/cpu/cpu.md,
+# 2026-12-02); SDAR-1.7B's 4-token block 2410 / 1479 CPU ms in a run of both shapes alone under a
+# load average of 3.5-4.6 (2026-12-03, `--shapes qwen2.5-0.5b,sdar-1.7b --shape-dtypes bfloat16`).
+CPU_RAM_GB, CPU_PASS_LIMIT = 8.0, 2.0
+PASS_COST = {
+    "a2d-coder-0.5b": 1.0, "a2d-coder-0.5b-mdlm": 1.0, "a2d-qwen3-0.6b": 1.47, "a2d-qwen3-0.6b-mdlm": 1.47,
+    "coda-1.7b": 2.84, "sdar-1.7b": 1.63,
+}  # fmt: skip
+
+
+def cpu_pick(entries: tuple[Entry, ...] = CATALOGUE) -> str:
+    """The README's rule: the best authors' HumanEval among loadable entries that fit CPU_RAM_GB in
+    bfloat16 and whose measured pass costs at most CPU_PASS_LIMIT times the 0.5B A2D shape's."""
+    fit = [
+        e for e in entries
+        if e.family and e.humaneval is not None and e.memory_gb("bfloat16") * HEADROOM <= CPU_RAM_GB
+        and PASS_COST.get(e.name, float("inf")) <= CPU_PASS_LIMIT
+    ]  # fmt: skip
+    return max(fit, key=lambda e: e.humaneval or 0.0).name
+
+
 BY_NAME = {entry.name: entry for entry in CATALOGUE}
-CPU_PICK, GPU_PICK = "a2d-coder-0.5b", "dream-coder-7b"
+CPU_PICK, GPU_PICK = cpu_pick(), "dream-coder-7b"
+# `dcode models available`'s order: the CPU pick first, then the rest smallest first
+LISTED = (BY_NAME[CPU_PICK], *(e for e in CATALOGUE if e.name != CPU_PICK))
 # former org (lower-case) -> the org its authors moved their releases to (the families' `moved`)
 MOVED = {old.lower(): new for family in FAMILIES.values() for old, new in family.moved}
 
@@ -113,7 +141,7 @@ def rows(ram: float | None, gpu: float | None) -> list[dict[str, object]]:
             "fits": fits(e, ram, gpu),
             "note": e.note,
         }
-        for e in CATALOGUE
+        for e in LISTED
     ]
 
 

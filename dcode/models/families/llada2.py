@@ -3,10 +3,17 @@ model, run in plain torch by _llada2_moe.py (transformers has no llada2_moe clas
 runs shipped code). Owns the family's facts, its catalogue entry, loading and its released-format
 test checkpoint.
 
-Sources (read to understand, nothing copied): ZHZisZZ/dllm dllm/pipelines/llada2/models
-(configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's names), its sampler.py and
-dllm/utils/models.py get_tokenizer; inclusionAI's model card (HumanEval 86.6, Apache-2.0; 16B
-mixture of experts, 1.4B active).
+Sources (read to understand, nothing copied): ZHZisZZ/dllm at ca176752 (its latest stored commit)
+dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.py: LLaDA2's
+names), its sampler.py (threshold 0.95, blocks of 32) and dllm/utils/models.py get_tokenizer;
+dllm/pipelines/llada21 (added in 62ebe4f3, "Add LLaDA2/LLaDA2.1 inference pipelines"): the same
+model under LLaDA2's class names, and LLaDA21SamplerConfig / LLaDA2MoeModelLM.generate with token
+editing (see LLADA21_EDITING). inclusionAI/LLaDA2.X at a798329: README (LLaDA2.0-mini and
+LLaDA2.1-mini "Instruction-tuned", 16B mixture of experts; Apache 2.0). LLaDA2.1-mini's Hub page
+tags it llada2_moe (the format this module loads) and cites arXiv 2602.08676. Scores: the
+HumanEval 86.6 this catalogue once gave LLaDA2.0-mini was found in no authors' text read here
+(LLaDA2.0-mini-preview's card gives 80.49, the flash-preview 88.41; the LLaDA2.1-mini card's coding
+rows were not in what was read), so both entries give none.
 """
 
 from __future__ import annotations
@@ -34,9 +41,18 @@ FACTS = FamilyFacts(
     mask_id=156895,
     block=32,
 )
+# LLaDA2.1 decodes with token editing (its authors' defaults, dllm llada21/sampler.py
+# LLaDA21SamplerConfig and modeling_llada21_moe.py generate(): threshold 0.95, editing_threshold
+# 0.9 (a committed token is replaced where the model's confidence in another exceeds it),
+# max_post_steps 16, blocks of 32, greedy). dcode's token-editing commit rule is another change's
+# (the sampler's); until it lands, LLaDA2.1-mini runs LLaDA2.0's decoding below, without editing.
+# Only the checkpoint's name tells 2.1 from 2.0 on disk.
+LLADA21_EDITING = {"threshold": 0.95, "editing_threshold": 0.9, "max_post_steps": 16}
 CATALOGUE = (
-    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", 86.6, None,
+    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", None, None,
           "mixture of experts, 1.4B active"),
+    Entry("llada2.1-mini", "inclusionAI/LLaDA2.1-mini", "llada2", 16.0, 32.0, "Apache-2.0", None, None,
+          "mixture of experts, 1.4B active; its authors decode with token editing"),
 )  # fmt: skip
 
 
@@ -128,5 +144,6 @@ FAMILY = Family(
     facts=FACTS,
     catalogue=CATALOGUE,
     load=load,
+    # LLaDA2.1-mini ships LLaDA2.0-mini's format (its Hub tags: llada2_moe): this writer serves both
     checkpoints={"llada2": write_checkpoint},
 )

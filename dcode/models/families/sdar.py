@@ -9,9 +9,21 @@ Here the config is mapped onto Qwen3Config and the weights load into Qwen3ForCau
 block-causal with an exact cache of finished blocks (decoder.DecoderDenoiser).
 Knows nothing about sampling, files or the terminal.
 
-Sources (read to understand, nothing copied): JetAstra/SDAR training/model/ (configuration_sdar.py,
-modeling_sdar.py: Qwen3 names with q_norm / k_norm) and generate.py (eos [151645, 151643], <|MASK|>
-151669; low-confidence dynamic unmasking inside 4-token blocks).
+Sources (read to understand, nothing copied): JetAstra/SDAR at c2041a8 (its latest stored commit):
+training/model/ (configuration_sdar.py, modeling_sdar.py: Qwen3 names with q_norm / k_norm) and
+generate.py (eos [151645, 151643], <|MASK|> 151669; low-confidence dynamic unmasking inside
+4-token blocks); README.md: the releases (1.7B / 4B / 8B -Chat, and "[2025-09-09] ... block sizes
+of 8, 16, 32, 64 on the Hugging Face"), the evaluation setup ("greedy decoding with block_length = 4,
+denoising_steps = 4"), its prompt rendered with apply_chat_template(..., add_generation_prompt=True)
+and no enable_thinking (so none here). Its score table is an image (assets/table1.png), not read
+here: HumanEval / MBPP below are the model cards' as issue 35 quotes them (1.7B 61.6 / 61.1, 4B
+72.0 / 65.4); the 8B's and the larger-block variants' are left out. The Hub's file listings: the
+1.7B and its -b8 / -b32 / -b64 one model.safetensors of 4.06 GB (2.03B parameters: Qwen3-1.7B with
+an untied head), SDAR-4B-Chat-b64 8.83 GB, SDAR-8B-Chat 16.4 GB; SDAR-4B-Chat's config.json:
+SDARForCausalLM, tie_word_embeddings false, block_size 4, and no mask_token_id (the mask is the
+tokenizer's <|MASK|>, as FACTS finds it). The 1.7B's config.json (932 bytes, "Update config.json";
+configuration_sdar.py "Replace Qwen3 configs/modeling with SDAR version") was not read here: an
+older snapshot of it that still says model_type "qwen3" is not recognized as SDAR.
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dcode.models.facts import QWEN_TURN, FamilyFacts
-from dcode.models.family import Family
+from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +45,18 @@ if TYPE_CHECKING:
 FACTS = FamilyFacts(
     shifted=False, block_keys=("block_size",), mask_token="<|MASK|>", end_tokens=QWEN_TURN, default_length=32768
 )
+SCORED = "greedy, blocks of 4, 4 passes per block (SDAR README)"
+CATALOGUE = (
+    Entry("sdar-1.7b", "JetLM/SDAR-1.7B-Chat", "sdar", 2.03, 4.06, "Apache-2.0", 61.6, 61.1,
+          "block diffusion, blocks of 4", SCORED),
+    Entry("sdar-1.7b-b8", "JetLM/SDAR-1.7B-Chat-b8", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 8"),
+    Entry("sdar-1.7b-b32", "JetLM/SDAR-1.7B-Chat-b32", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 32"),
+    Entry("sdar-1.7b-b64", "JetLM/SDAR-1.7B-Chat-b64", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 64"),
+    Entry("sdar-4b", "JetLM/SDAR-4B-Chat", "sdar", 4.41, 8.83, "Apache-2.0", 72.0, 65.4,
+          "block diffusion, blocks of 4", SCORED),
+    Entry("sdar-4b-b64", "JetLM/SDAR-4B-Chat-b64", "sdar", 4.41, 8.83, "Apache-2.0", None, None, "blocks of 64"),
+    Entry("sdar-8b", "JetLM/SDAR-8B-Chat", "sdar", 8.19, 16.4, "Apache-2.0", None, None, "blocks of 4"),
+)  # fmt: skip
 
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
@@ -49,13 +73,14 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, conf
 
 def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """SDAR-4B-Chat's format: model_type "sdar", SDARForCausalLM with its auto_map, Qwen3 names
-    (q_norm / k_norm, no biases, tied head as the 1.7B and 4B are), block_size 4, mask_token_id
-    (<|MASK|>) in config.json, eos [<|im_end|>, <|endoftext|>] in generation_config.json."""
+    (q_norm / k_norm, no biases, an untied head: tie_word_embeddings false, as the 4.06 GB 1.7B
+    and the 4B are), block_size 4, no mask_token_id in config.json (<|MASK|> in the tokenizer),
+    eos [<|im_end|>, <|endoftext|>] in generation_config.json."""
     from dcode.testing.kit import qwen_chat_tokenizer, qwen_config, save_qwen_weights, write_json, write_qwen_generation
 
     ids = qwen_chat_tokenizer(folder, size, ["<|MASK|>"], "Qwen2Tokenizer")
-    count = save_qwen_weights(folder, size, device, seed, head=False, qwen3=True)
-    config = qwen_config(size, ids, tied=True) | {
+    count = save_qwen_weights(folder, size, device, seed, head=True, qwen3=True)
+    config = qwen_config(size, ids, tied=False) | {
         "architectures": ["SDARForCausalLM"],
         "auto_map": {
             "AutoConfig": "configuration_sdar.SDARConfig",
@@ -65,7 +90,6 @@ def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) 
         "attention_bias": False,
         "block_size": 4,
         "head_dim": size.hidden // size.heads,
-        "mask_token_id": ids["<|MASK|>"],
         "model_type": "sdar",
         "transformers_version": "4.52.4",
     }
@@ -79,6 +103,7 @@ FAMILY = Family(
     model_types=frozenset({"sdar"}),
     architectures=frozenset({"SDARForCausalLM"}),
     facts=FACTS,
+    catalogue=CATALOGUE,
     load=load,
     checkpoints={"sdar": write_checkpoint},
 )
