@@ -16,7 +16,8 @@ from dcode.cli import app
 from dcode.models import catalogue
 from dcode.testing import checkpoints as tiny
 
-CODER = "dllm-collection/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1"
+CODER = "dllm-hub/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1"  # ZHZisZZ/dllm b8d76ff7: the org moved
+OLD_CODER = "dllm-collection/Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1"
 
 
 @pytest.fixture
@@ -34,10 +35,15 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
         "NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS"
     ]  # fmt: skip
     assert len(lines) == 1 + len(catalogue.CATALOGUE)
-    coder = lines[1].split()
-    assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.49B", "0.99"]
-    assert coder[6:] == ["Apache-2.0", "1.0", "GB", "2.0", "GB", "39.0/33.2", "RAM", "(float32)"]
+    assert lines[1].split()[:7] == ["sdar-1.7b", "JetLM/SDAR-1.7B-Chat", "sdar", "2.03B", "4.06", "GB", "Apache-2.0"]
+    assert lines[1].split()[-3:] == ["61.6/61.1", "RAM", "(bfloat16)"]  # the CPU pick first
     rows = {line.split()[0]: line for line in lines[1:]}
+    coder = rows["a2d-coder-0.5b"].split()  # what a pull downloads and prints: the head is stored twice
+    assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.63B", "1.26"]
+    assert coder[6:] == ["Apache-2.0", "1.3", "GB", "2.5", "GB", "39.0/33.2", "RAM", "(float32)"]
+    assert rows["llada-8b"].split()[-2:] == ["49.4/41.0", "no"]  # ML-GSAI/LLaDA EVAL.md; 16 GB in 8
+    assert rows["llada2-mini"].split()[-2:] == ["-/-", "no"]  # its 86.6 was in no authors' text
+    assert rows["stable-diffcoder-8b"].split()[3:5] == ["8.25B", "16.5"]
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
@@ -53,17 +59,18 @@ def test_available_json_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     fits = {row["name"]: row["fits"] for row in report["models"]}
     assert fits["a2d-coder-0.5b"] == fits["dream-coder-7b"] == "GPU (bfloat16)"
     assert fits["llada2-mini"] == "no"  # 32 GB of bfloat16 weights: neither 24 GB nor 16 GB
-    coder = report["models"][0]
-    assert coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96} and coder["loads"] is True
+    coder = next(row for row in report["models"] if row["name"] == "a2d-coder-0.5b")
+    assert coder["memory_gb"] == {"bfloat16": 1.26, "float32": 2.52} and coder["loads"] is True
+    assert coder["id"] == CODER and coder["scored_with"].startswith("greedy, one token per pass")
 
 
 @pytest.mark.parametrize(
     ("ram", "gpu", "want"),
-    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.0, None, "no"), (None, None, "?"),
+    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.5, None, "no"), (None, None, "?"),
      (1.0, 2.0, "GPU (bfloat16)"), (None, 1.0, "no")],
 )  # fmt: skip
 def test_fits_leaves_headroom(ram: float | None, gpu: float | None, want: str) -> None:
-    assert catalogue.fits(catalogue.BY_NAME["a2d-coder-0.5b"], ram, gpu) == want  # 0.98 GB in bfloat16
+    assert catalogue.fits(catalogue.BY_NAME["a2d-coder-0.5b"], ram, gpu) == want  # 1.26 GB in bfloat16
 
 
 def test_every_entry_is_consistent() -> None:
@@ -73,7 +80,47 @@ def test_every_entry_is_consistent() -> None:
         assert catalogue.find(entry.repo_id) is entry and catalogue.find(entry.repo_id.upper()) is entry
         if entry.family == "a2d":  # the id names the attention: bd3lm or mdlm
             assert ("bd3lm" in entry.repo_id) != ("mdlm" in entry.repo_id)
+            assert entry.repo_id.startswith("dllm-hub/")
+        assert entry.scored_with or entry.humaneval is None, entry  # a score says how it was measured
     assert catalogue.BY_NAME[catalogue.CPU_PICK].family and catalogue.BY_NAME[catalogue.GPU_PICK].family
+
+
+def test_the_cpu_pick_follows_the_stated_rule() -> None:
+    """The best authors' HumanEval that fits 8 GB in bfloat16 and passes within 2x the 0.5B A2D
+    shape's per-pass cost: SDAR-1.7B, not the habit of the smallest model."""
+    assert catalogue.CPU_PICK == catalogue.cpu_pick() == "sdar-1.7b"
+    slower = {**catalogue.PASS_COST, "sdar-1.7b": 2.5}  # were its pass too slow, the next best would be picked
+    pinned = dict(catalogue.PASS_COST)
+    try:
+        catalogue.PASS_COST.clear()
+        catalogue.PASS_COST.update(slower)
+        assert catalogue.cpu_pick() == "a2d-qwen3-0.6b"
+    finally:
+        catalogue.PASS_COST.clear()
+        catalogue.PASS_COST.update(pinned)
+    line = catalogue.hint("dcode-tiny", terminal=True, as_json=False, quiet=False, env={})
+    assert line is not None and "`dcode models pull sdar-1.7b`" in line
+
+
+def test_the_old_org_is_an_alias_everywhere_an_id_resolves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy pulled before the move (cached under dllm-collection) is found by the short name, the
+    new id and the old one; `dcode models` lists it under the new id."""
+    from huggingface_hub import constants
+
+    assert catalogue.current_id(OLD_CODER) == CODER and catalogue.former_ids(CODER) == [OLD_CODER]
+    assert catalogue.find(OLD_CODER) is catalogue.find(CODER) is catalogue.BY_NAME["a2d-coder-0.5b"]
+    assert catalogue.current_id("someone/dllm-collection") == "someone/dllm-collection"
+    source = tmp_path / "Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1"
+    tiny.write("a2d_qwen2_bd3lm", source, SIZE, seed=4)
+    cache = tmp_path / "hub"
+    cache_repo(cache, OLD_CODER, source)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    for spec in ("a2d-coder-0.5b", CODER, OLD_CODER):
+        folder, name = models.resolve(spec)
+        assert name == CODER and folder.parent.parent.name == "models--dllm-collection--" + OLD_CODER.split("/")[1]
+    assert [info.name for info in models.list_models()][1:] == [CODER]
+    result = CliRunner().invoke(app, ["models"], prog_name="dcode")
+    assert CODER in result.stdout and OLD_CODER not in result.stdout
 
 
 def test_model_takes_a_short_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +139,7 @@ def test_model_takes_a_short_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert result.exit_code in (0, 3), (result.stderr, result.exception)
     assert json.loads(result.stdout)["model"] == CODER
     absent = CliRunner().invoke(app, ["new", "x", "--model", "a2d-qwen3-0.6b"], prog_name="dcode")
-    assert absent.exit_code == 2 and "run `dcode models pull dllm-collection/Qwen3-0.6B" in absent.stderr
+    assert absent.exit_code == 2 and "run `dcode models pull dllm-hub/Qwen3-0.6B" in absent.stderr
 
 
 def test_pull_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,11 +147,12 @@ def test_pull_offline_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    result = CliRunner().invoke(app, ["models", "pull", "a2d-coder-0.5b"], prog_name="dcode")
-    assert (result.exit_code, result.stdout) == (1, "")
-    assert result.stderr == (
-        f"dcode: error: cannot download {CODER}: offline (HF_HUB_OFFLINE is set, or the Hub is unreachable)\n"
-    )
+    for spec in ("a2d-coder-0.5b", OLD_CODER):  # the old org's id asks for the current one
+        result = CliRunner().invoke(app, ["models", "pull", spec], prog_name="dcode")
+        assert (result.exit_code, result.stdout) == (1, "")
+        assert result.stderr == (
+            f"dcode: error: cannot download {CODER}: offline (HF_HUB_OFFLINE is set, or the Hub is unreachable)\n"
+        )
 
 
 def test_pull_refuses_a_family_dcode_does_not_load_before_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,7 +167,7 @@ def test_pull_refuses_a_family_dcode_does_not_load_before_the_network(monkeypatc
 
 def test_hint_names_the_model_to_pull_only_on_a_terminal() -> None:
     line = catalogue.hint("dcode-tiny", terminal=True, as_json=False, quiet=False, env={})
-    assert line is not None and "`dcode models pull a2d-coder-0.5b`" in line and "\n" not in line
+    assert line is not None and f"`dcode models pull {catalogue.CPU_PICK}`" in line and "\n" not in line
     for model, terminal, as_json, quiet, env in [
         ("dcode-tiny", False, False, False, {}),  # a pipe
         ("dcode-tiny", True, True, False, {}),

@@ -140,6 +140,7 @@ def rows(ram: float | None, gpu: float | None) -> list[dict[str, object]]:
             "mbpp": e.mbpp,
             "fits": fits(e, ram, gpu),
             "note": e.note,
+            "scored_with": e.scored_with or None,
         }
         for e in LISTED
     ]

@@ -42,7 +42,7 @@ FACTS = FamilyFacts(
 )
 CATALOGUE = (
     Entry("coda-1.7b", "Salesforce/CoDA-v0-Instruct", "coda", 1.7, 6.9, "CC-BY-NC-4.0 (non-commercial)", 54.3, 47.2,
-          "float32 weights as released"),
+          "float32 weights as released", "as its README reports them; the decoding was not read here"),
 )  # fmt: skip
 
 

@@ -37,7 +37,8 @@ FACTS = FamilyFacts(
 )
 CATALOGUE = (
     Entry("dream-coder-7b", "Dream-org/Dream-Coder-v0-Instruct-7B",
-          "dream", 7.6, 15.2, "Apache-2.0", 82.9, 79.6, "the model for a GPU"),
+          "dream", 7.6, 15.2, "Apache-2.0", 82.9, 79.6, "the model for a GPU",
+          "entropy order, temperature 0.1, top_p 0.95 (the model card's settings)"),
 )  # fmt: skip
 
 

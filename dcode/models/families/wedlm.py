@@ -45,7 +45,8 @@ FACTS = FamilyFacts(
 )
 CATALOGUE = (
     Entry("wedlm-8b", "tencent/WeDLM-8B-Instruct", "wedlm", 8.2, 16.4, "Apache-2.0", 80.5, None,
-          "causal, decodes filled tokens first; no cache in dcode"),
+          "causal, decodes filled tokens first; no cache in dcode",
+          "as its Readme reports it; greedy, window 16 in example.py, the evaluation's own not read here"),
 )  # fmt: skip
 
 
