@@ -309,9 +309,7 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def shapes_part(
-    names: list[str], repeats: int, int8: bool, dtypes: tuple[str, ...] = DTYPES
-) -> list[dict[str, Any]]:
+def shapes_part(names: list[str], repeats: int, int8: bool, dtypes: tuple[str, ...] = DTYPES) -> list[dict[str, Any]]:
     """(b): a row per shape and dtype (and int8 linears where asked): ms per pass, memory, projections."""
     out: list[dict[str, Any]] = []
     for name in names:
@@ -440,7 +438,8 @@ def shapes_markdown(rows: list[dict[str, Any]]) -> str:
         projected = " / ".join(f"{r[f'tok_s_at_{k}_per_pass']:.1f}" for k in PER_PASS)
         packed = " / ".join(f"{r[f'packed_{k}_rows_wall_ms']:.0f}" for k in ROWS[1:])
         lines.append(
-            f"| {r['shape']} | {r['dtype']} | {r.get('block', BLOCK)} | {r['block_1_rows_wall_ms']:.0f} ({r['block_1_rows_ms']:.0f}) "
+            f"| {r['shape']} | {r['dtype']} | {r.get('block', BLOCK)} "
+            f"| {r['block_1_rows_wall_ms']:.0f} ({r['block_1_rows_ms']:.0f}) "
             f"| {r['block_4_rows_wall_ms']:.0f} | {r['block_8_rows_wall_ms']:.0f} | {r['block_16_rows_wall_ms']:.0f} "
             f"| {packed} "
             f"| {r['ar_step_wall_ms']:.0f} ({r['ar_step_ms']:.0f}) | {r['block_over_step']:.2f} "

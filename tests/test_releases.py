@@ -27,7 +27,7 @@ RELEASES = {
     "a2d-duplicated-head": ("a2d_qwen2_bd3lm", "Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1", ("a2d", 32)),
     # Stable-DiffCoder's transformers-4.46 revision: SeedDiffcoderForCausalLM, architectures LlamaForCausalLM
     "stable-diffcoder-older": ("stable_diffcoder_older", "Stable-DiffCoder-8B-Instruct", ("stable_diffcoder", 4)),
-    "illada": ("illada", "iLLaDA-8B-Instruct", ("llada", None)),
+    "illada": ("llada_illada", "iLLaDA-8B-Instruct", ("llada", None)),
     "fast-dllm-v2-1.5b": ("fast_dllm_v2_1_5b", "Fast_dLLM_v2_1.5B", ("fast_dllm_v2", 32)),
     "sdar-1.7b": ("sdar", "SDAR-1.7B-Chat", ("sdar", 4)),
     # LLaDA2.1-mini ships LLaDA2.0-mini's format (llada2_moe)

@@ -65,7 +65,7 @@ MOVED = {old.lower(): new for family in FAMILIES.values() for old, new in family
 
 def current_id(repo_id: str) -> str:
     """The id under the org its authors use now; any other id as given.
-    Example: current_id("dllm-collection/Qwen3-0.6B-diffusion-bd3lm-v0.1") -> "dllm-hub/Qwen3-0.6B-diffusion-bd3lm-v0.1"."""
+    Example: current_id("dllm-collection/Qwen3-0.6B-v0.1") -> "dllm-hub/Qwen3-0.6B-v0.1"."""
     org, slash, name = repo_id.partition("/")
     return f"{MOVED[org.lower()]}/{name}" if slash and org.lower() in MOVED else repo_id
 

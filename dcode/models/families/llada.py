@@ -301,5 +301,5 @@ FAMILY = Family(
     facts=FACTS,
     catalogue=CATALOGUE,
     load=load,
-    checkpoints={"llada": write_checkpoint, "illada": partial(write_checkpoint, illada=True)},
+    checkpoints={"llada": write_checkpoint, "llada_illada": partial(write_checkpoint, illada=True)},
 )
