@@ -220,7 +220,8 @@ def read_facts(name: str, folder: Path) -> ModelFacts:
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
     """The embedded model, then every model in the Hugging Face cache (`cache_dir`, default
-    huggingface_hub's), by id; one that load() would refuse (another kind of model, a config.json
+    huggingface_hub's), by id (a copy cached under a moved org's old name under the current id,
+    once); one that load() would refuse (another kind of model, a config.json
     that is not JSON, no tokenizer files) has `problem` set. Reads config.json and safetensors
     headers only."""
     found = [model_info(EMBEDDED_NAME, EMBEDDED)]
