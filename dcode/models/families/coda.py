@@ -11,6 +11,9 @@ Knows nothing about sampling, files or the terminal.
 Sources (read to understand, nothing copied): SalesforceAIResearch/CoDA CoDALanguageModel/
 (config.json, generation_config.json, tokenizer_config.json, modeling_coda.py, attention.py,
 generation_utils.py) and its README (serving defaults; HumanEval 54.3, MBPP 47.2; CC-BY-NC-4.0).
+Its Qwen3 chat template takes enable_thinking, but the scores' harness renders it without
+(evaluation/lm_eval/lm_eval/models/diffllm.py apply_chat_template, at fa1d505; only post-training
+passes enable_thinking=False), so FACTS sets no chat_options.
 """
 
 from __future__ import annotations
