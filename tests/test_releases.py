@@ -30,6 +30,8 @@ RELEASES = {
     "illada": ("llada_illada", "iLLaDA-8B-Instruct", ("llada", None)),
     "fast-dllm-v2-1.5b": ("fast_dllm_v2_1_5b", "Fast_dLLM_v2_1.5B", ("fast_dllm_v2", 32)),
     "sdar-1.7b": ("sdar", "SDAR-1.7B-Chat", ("sdar", 4)),
+    # the larger-block releases say their block in the name alone (config.json names none)
+    "sdar-4b-b64": ("sdar", "SDAR-4B-Chat-b64", ("sdar", 64)),
     # LLaDA2.1-mini ships LLaDA2.0-mini's format (llada2_moe)
     "llada2.1-mini": ("llada2", "LLaDA2.1-mini", ("llada2", 32)),
 }

@@ -55,7 +55,8 @@ class FamilyFacts:
     length_keys: tuple[str, ...] = ("max_position_embeddings",)
     default_length: int = 2048
     # (word in the checkpoint's name, its attention block) where only the name tells them apart
-    # (Tiny-A2D: "bd3lm" block-causal, "mdlm" full attention); () = the block is in config.json.
+    # (Tiny-A2D: "bd3lm" block-causal, "mdlm" full attention; SDAR's "-b64"), read when config.json
+    # has none of block_keys; () = the block is in config.json (or is `block`).
     named_blocks: tuple[tuple[str, int | None], ...] = ()
     block_origin: Literal["zero", "answer"] = "zero"  # ModelFacts.block_origin of a block-causal checkpoint
     # generation_config.json's Dream-style `alg` -> the ordering it means (CoDA); an alg missing
@@ -114,6 +115,8 @@ def named_block(spec: FamilyFacts, folder: Path, name: str) -> int | None:
     for word, block in spec.named_blocks:
         if word in label:
             return block
+    if spec.block is not None:  # a name without the word: the family's usual block (SDAR's 4)
+        return spec.block
     words = " or ".join(f"'{w}'" for w, _ in spec.named_blocks)
     raise ModelError(f"{folder}: only the checkpoint's name says its attention here; name the folder with {words}")
 
@@ -134,7 +137,7 @@ def state(
     if not 0 <= mask_id < vocab_size:
         raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
     shifted = spec.shifted if spec.shifted is not None else bool(config.get("shifted_logits", True))
-    block = named_block(spec, folder, name) if spec.named_blocks else positive(config, spec.block_keys) or spec.block
+    block = positive(config, spec.block_keys) or (named_block(spec, folder, name) if spec.named_blocks else spec.block)
     return ModelFacts(
         name=name,
         family=family,

@@ -42,8 +42,18 @@ if TYPE_CHECKING:
 
 # generate.py: low-confidence dynamic unmasking (threshold) inside 4-token blocks; the CLI's own
 # threshold default applies. Each position's own logits; block_size in config.json.
+# SDAR-4B-Chat's config.json has no block_size (nor do the larger-block releases' of the same
+# length, 1.09 kB): the block is config.json's where a checkpoint says it (derived checkpoints do),
+# else the release's name (-b8 / -b16 / -b32 / -b64: trained with that block, README 2025-09-09),
+# else 4 (the default model's, README's block_length=4).
 FACTS = FamilyFacts(
-    shifted=False, block_keys=("block_size",), mask_token="<|MASK|>", end_tokens=QWEN_TURN, default_length=32768
+    shifted=False,
+    block_keys=("block_size",),
+    named_blocks=(("-b8", 8), ("-b16", 16), ("-b32", 32), ("-b64", 64)),
+    block=4,
+    mask_token="<|MASK|>",
+    end_tokens=QWEN_TURN,
+    default_length=32768,
 )
 SCORED = "greedy, blocks of 4, 4 passes per block (SDAR README)"
 CATALOGUE = (
@@ -74,8 +84,9 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, conf
 def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) -> int:
     """SDAR-4B-Chat's format: model_type "sdar", SDARForCausalLM with its auto_map, Qwen3 names
     (q_norm / k_norm, no biases, an untied head: tie_word_embeddings false, as the 4.06 GB 1.7B
-    and the 4B are), block_size 4, no mask_token_id in config.json (<|MASK|> in the tokenizer),
-    eos [<|im_end|>, <|endoftext|>] in generation_config.json."""
+    and the 4B are), neither block_size nor mask_token_id in config.json (the block from the name
+    or 4; <|MASK|> in the tokenizer), eos <|endoftext|> in config.json and [<|im_end|>,
+    <|endoftext|>] in generation_config.json."""
     from dcode.testing.kit import qwen_chat_tokenizer, qwen_config, save_qwen_weights, write_json, write_qwen_generation
 
     ids = qwen_chat_tokenizer(folder, size, ["<|MASK|>"], "Qwen2Tokenizer")
@@ -88,7 +99,8 @@ def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) 
             "AutoModelForCausalLM": "modeling_sdar.SDARForCausalLM",
         },
         "attention_bias": False,
-        "block_size": 4,
+        "attn_implementation": "flex_attention",
+        "eos_token_id": ids["<|endoftext|>"],
         "head_dim": size.hidden // size.heads,
         "model_type": "sdar",
         "transformers_version": "4.52.4",
