@@ -280,7 +280,7 @@ def drain(events: Iterable[Any], each: Callable[[Any], object] | None = None, *,
     `each(event)` sees every event first, in order (a view draws it, a benchmark counts it); an
     exception from it stops the stream. A generator is closed here, so its cleanup runs in the
     draining thread. With `result`, the last event must be one (TypeError otherwise).
-    Example: drain(flows.new(ModelFiller(model, config), "add two numbers", "python", 64), result=Finished)."""
+    Example: drain(flows.new(LocalFiller(model, config), "add two numbers", "python", 64), result=Finished)."""
     last = None
     try:
         for last in events:

@@ -1,4 +1,4 @@
-"""`new`, `edit` and `repair_file`, one flow each, over a filler (dcode.filler: the local sampler or
+"""`new`, `edit`, `repair_file` and `complete`, one flow each, over a filler (dcode.filler: the local sampler or
 an endpoint), as streams of dcode.events: Started, the filler's Steps or Drawn frames, the repair
 pass's rounds, then a Finished, Edited or Repaired record.
 
@@ -30,13 +30,14 @@ class InputError(ValueError):
     """A request the filler cannot serve (too long, empty): a usage error, reported in one line."""
 
 
-def check_room(prompt_tokens: int, length: int, limit: int) -> None:
-    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens."""
+def check_room(prompt_tokens: int, length: int, limit: int, name: str = "--length") -> None:
+    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens; `name` names
+    the length in the message (a server's max_tokens)."""
     if length < 1:
-        raise InputError("--length must be at least 1 token")
+        raise InputError(f"{name} must be at least 1 token")
     if prompt_tokens + length > limit:
         raise InputError(
-            f"--length {length} plus the {prompt_tokens}-token prompt exceeds the model's "
+            f"{name} {length} plus the {prompt_tokens}-token prompt exceeds the model's "
             f"context of {limit} tokens (at most {max(0, limit - prompt_tokens)} fit)"
         )
 
@@ -73,6 +74,22 @@ def new(
         seconds=draft.seconds,
         repair=None if repaired.note.startswith("not checked") else repaired,
         draft=code,
+        unit=draft.unit,
+        extra=draft.extra,
+    )
+
+
+def complete(filler: Filler, length: int) -> Iterator[Event]:
+    """A plain completion (a server's /v1/completions): the filler's draft of its own prompt (and
+    suffix), as written - no template, no check, no repair - then Finished."""
+    draft = yield from filler.draft("", "", length, False)
+    yield Finished(
+        code=draft.text,
+        prompt_tokens=draft.prompt_tokens,
+        tokens=draft.tokens,
+        canvas=draft.masks,
+        forward=draft.forward,
+        seconds=draft.seconds,
         unit=draft.unit,
         extra=draft.extra,
     )

@@ -28,9 +28,10 @@ import torch
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
-from dcode import pipeline  # noqa: E402
+from dcode import flows, localfill  # noqa: E402
 from dcode.config import SamplerConfig, merge_family_defaults  # noqa: E402
 from dcode.events import Finished, Step, drain  # noqa: E402
+from dcode.localfill import LocalFiller  # noqa: E402
 from dcode.models import load  # noqa: E402
 from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
@@ -82,7 +83,7 @@ def server() -> Iterator[Served]:
 
 def local_new(engine: Engine, request: str, length: int = 48) -> Finished:
     """What `dcode new --no-repair --length N` writes for the request, with the server's settings."""
-    *_, done = pipeline.new(engine.model, request, "python", length, engine.config, 0)
+    *_, done = flows.new(LocalFiller(engine.model, engine.config), request, "python", length, 0)
     assert isinstance(done, Finished)
     return done
 
@@ -160,7 +161,7 @@ def test_diffusing_stream_frames_equal_the_local_view(server: Served) -> None:
         device="cpu",
         hidden=facts.eos_ids | {facts.pad_id},
     )
-    events = list(pipeline.new(engine.model, request, "python", 40, engine.config, 0))
+    events = list(flows.new(LocalFiller(engine.model, engine.config), request, "python", 40, 0))
     local = [frame for e in events if (frame := describer(e, 0.0)) is not None and isinstance(e, Step)]
     body = {"messages": [{"role": "user", "content": request}], "max_tokens": 40, "stream": True, "diffusing": True}
     with httpx2.stream(
@@ -197,7 +198,7 @@ def test_batched_forwards_equal_unbatched(server: Served, draft: int | None) -> 
     prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
     for p in prompts:
-        ids = pipeline.prompt_ids(model, p, "python")
+        ids = localfill.prompt_ids(model, p, "python")
         canvases.append((torch.tensor(ids + [facts_mask(model)] * 24), len(ids)))
     alone = [drain(denoise(model, c, s, config)) for c, s in canvases]
     batcher = BatchingDenoiser(model, wait=2.0)  # a long wait: every worker's call joins the round
@@ -220,7 +221,7 @@ def test_batched_forwards_equal_unbatched(server: Served, draft: int | None) -> 
 def test_a_cancelled_request_stops_at_its_next_packed_or_head_call(server: Served) -> None:
     model, config = server.engine.model, server.engine.config
     batcher = BatchingDenoiser(model)
-    ids = pipeline.prompt_ids(model, "fizzbuzz", "python")
+    ids = localfill.prompt_ids(model, "fizzbuzz", "python")
     cancelled = threading.Event()
     with batcher.worker(cancelled):
         steps = denoise(batcher, torch.tensor(ids + [facts_mask(model)] * 24), len(ids), config)
