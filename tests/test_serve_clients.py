@@ -194,12 +194,12 @@ def test_created_is_one_value_through_a_stream(server: Served) -> None:
 def test_a_requests_threshold_switches_the_rule_as_the_flag_does(server: Served) -> None:
     engine = server.engine
     assert engine.config.rule == "verify"  # dcode-tiny's family default
-    plan = engine.plan(
+    prepared = engine.prepare(
         jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}], "dcode": {"threshold": 0.5}}, "dcode-tiny")
     )
     flag = merge_family_defaults(sampler_settings({"threshold": 0.5}), {"threshold"}, engine.model.facts.defaults)
-    assert plan.config == flag and plan.config.rule == "threshold" and plan.config.threshold == 0.5
-    chosen = engine.plan(
+    assert prepared.config == flag and prepared.config.rule == "threshold" and prepared.config.threshold == 0.5
+    chosen = engine.prepare(
         jobs.parse(
             "chat",
             {"messages": [{"role": "user", "content": "f"}], "dcode": {"threshold": 0.5, "strategy": "verify"}},
@@ -207,7 +207,7 @@ def test_a_requests_threshold_switches_the_rule_as_the_flag_does(server: Served)
         )
     )
     assert chosen.config.rule == "verify"  # a strategy given keeps its rule, as --strategy does
-    hot = engine.plan(
+    hot = engine.prepare(
         jobs.parse(
             "chat", {"messages": [{"role": "user", "content": "f"}], "dcode": {"temperature": 3.5}}, "dcode-tiny"
         )

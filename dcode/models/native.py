@@ -16,10 +16,10 @@ about tokenizers, sampling, files other than the checkpoint's, or the terminal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -385,6 +385,16 @@ def head_logits(head: nn.Linear, hidden: torch.Tensor, exact: bool = True) -> to
     return head(rows)[:n].float()
 
 
+class PackedCall(NamedTuple):
+    """One caller's packed forward, as NativeDenoiser.packed takes it (see packed_mask)."""
+
+    ids: torch.Tensor  # (N,)
+    positions: torch.Tensor  # (N,)
+    segments: torch.Tensor  # (N,)
+    cache: NativeCache
+    origin: int = 0
+
+
 @dataclass
 class NativeDenoiser:
     """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward."""
@@ -412,6 +422,21 @@ class NativeDenoiser:
         cache.widen(1)
         mask = packed_mask(positions, segments, cache.length, self.facts.block, origin)
         return self.model.hidden(ids[None], positions, mask, cache)[0]
+
+    def batched(self, calls: Sequence[tuple[torch.Tensor, NativeCache | None]]) -> list[torch.Tensor]:
+        """Several callers' forwards as one (a server's requests running together): each call's ids
+        (R_b, n_b) after its cache, at any cache and input length -> each call's logits (R_b, n_b, V),
+        its cache as __call__ leaves it (dcode.models.native_batch)."""
+        from dcode.models.native_batch import rows_forward
+
+        return rows_forward(self, calls)
+
+    def batched_packed(self, calls: Sequence[PackedCall]) -> list[torch.Tensor]:
+        """Several callers' packed forwards as one -> each call's final hidden states (N_b, hidden),
+        its cache as packed() leaves it (dcode.models.native_batch)."""
+        from dcode.models.native_batch import packed_forward
+
+        return packed_forward(self, calls)
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:
