@@ -419,7 +419,7 @@ def test_a_symbol_is_rewritten_and_every_other_byte_kept(tokenizer) -> None:
     assert (done.original_errors, done.errors_after, done.repair, done.forward) == (0, 0, None, 1)
     region_tokens = len(tokenizer.encode(ADD, add_special_tokens=False))
     assert done.region_tokens == region_tokens
-    assert done.canvas == localfill.edit_budget(region_tokens) == region_tokens + 16
+    assert done.masks == localfill.edit_budget(region_tokens) == region_tokens + 16
     assert done.tokens == len(tokenizer.encode(SUM, add_special_tokens=False))
 
 
@@ -431,7 +431,7 @@ def test_the_canvas_is_prompt_text_before_masks_text_after(tokenizer) -> None:
     data = SOURCE.encode()
     prompt = localfill.prompt_ids(model, "make add add", "python")
     before, after = encode(data[: region[0]].decode()), encode(data[region[1] :].decode())
-    assert model.seen[0] == prompt + before + [MASK] * done.canvas + after
+    assert model.seen[0] == prompt + before + [MASK] * done.masks + after
     assert (done.prompt_tokens, done.context_tokens) == (len(prompt), len(before) + len(after))
     assert "make add add" in tokenizer.decode(prompt)
 
@@ -497,7 +497,7 @@ def test_a_language_dcode_cannot_check_is_edited_unchecked(tokenizer) -> None:
 def test_the_whole_file_and_an_explicit_length(tokenizer) -> None:
     new = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))"
     done = run_edit(ScriptedDenoiser(tokenizer, new), SOURCE, (0, len(SOURCE.encode())), length=40)[-1]
-    assert done.code == new + "\n" and done.canvas == 40 and done.new_region == (0, len(done.code))
+    assert done.code == new + "\n" and done.masks == 40 and done.new_region == (0, len(done.code))
     cut = run_edit(ScriptedDenoiser(tokenizer, new), SOURCE, (0, len(SOURCE.encode())), length=5)[-1]
     first = tokenizer.decode(tokenizer.encode(new, add_special_tokens=False)[:5])
     assert cut.tokens == 5 and cut.code == first.rstrip() + "\n"  # the masks bound the edit
@@ -570,9 +570,9 @@ def test_the_region_keeps_its_room_and_the_context_gives_way(tokenizer) -> None:
     needed = run_edit(fixed, SOURCE, region)[-1]
     limit = needed.prompt_tokens + needed.context_tokens + needed.region_tokens + 3  # room for 3 more
     done = run_edit(ScriptedDenoiser(tokenizer, SUM, max_length=limit), SOURCE, region)[-1]
-    assert done.canvas == localfill.edit_budget(needed.region_tokens)
+    assert done.masks == localfill.edit_budget(needed.region_tokens)
     assert done.extra["window"]["whole_file"] is False
-    assert done.prompt_tokens + done.context_tokens + done.canvas <= limit
+    assert done.prompt_tokens + done.context_tokens + done.masks <= limit
     assert done.code == needed.code  # the same edit, from less context
 
 
@@ -595,7 +595,7 @@ def test_embedded_model_edits_a_symbol_and_keeps_the_rest(tiny) -> None:
     draft = [e for e in events if isinstance(e, Step)][: done.forward]
     assert len(draft) == done.forward >= 1 and draft[-1].masked == 0
     assert_outside_identical(SOURCE, done.code, region, done.new_region)
-    assert done.canvas == localfill.edit_budget(done.region_tokens)
+    assert done.masks == localfill.edit_budget(done.region_tokens)
     assert done.original_errors == 0
     assert done.errors_after == len(find_issues(done.code, "python"))
     new = region_text(done.code, done.new_region)

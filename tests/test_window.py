@@ -101,7 +101,7 @@ def test_a_big_file_is_edited_in_a_window(tokenizer, block: int | None) -> None:
     imports = b"".join(data[s:e] for s, e in window.imports)
     prompt = localfill.prompt_ids(model, "add", "python")
     head, tail = encode(tokenizer, imports) + encode(tokenizer, data[lo:a]), encode(tokenizer, data[b:hi])
-    assert model.seen[0] == prompt + head + [MASK] * done.canvas + tail
+    assert model.seen[0] == prompt + head + [MASK] * done.masks + tail
     assert len(model.seen[0]) <= 200
     assert done.context_tokens == len(head) + len(tail)
     reported = done.metadata()["window"]

@@ -175,7 +175,7 @@ class Reply:
     def finish(self, done: Finished) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]]:
         """(answer text, finish reason, metadata, the stream's last chunks)."""
         text, stopped = cut_at_stop(done.code, self.job.stop)
-        ended = done.tokens < done.canvas or (done.repair is not None and done.repair.rounds > 0)
+        ended = done.tokens < done.masks or (done.repair is not None and done.repair.rounds > 0)
         reason = "stop" if stopped or ended or self.prepared.suffix else "length"
         metadata = {"model": self.model.facts.name, "language": self.job.language, **done.metadata()}
         if not self.job.stream:
