@@ -89,7 +89,7 @@ class Started:
     repair the whole file), so a view never tokenises the prompt to find where the answer starts."""
 
     span: tuple[int, int]  # [start, end) canvas positions of the answer; start = the prompt's token count
-    fill: tuple[tuple[int, int], ...]  # [start, end) canvas ranges this run fills (masked on entry)
+    regions: tuple[tuple[int, int], ...]  # [start, end) canvas ranges this run fills (masked on entry)
     repair_round: int = 0  # 0 for the draft; k for a try of the repair pass's k-th round
     attempt: int = 0  # 1-based try within the repair round; 0 for the draft
 

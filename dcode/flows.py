@@ -139,10 +139,10 @@ def edit(
     except UnicodeDecodeError:
         raise ValueError(f"region {region} splits a UTF-8 character") from None
     draft = yield from filler.region(source, region, instruction, language, length, name)
-    fill = unechoed(draft.text, after)
-    if fill is None:
+    written = unechoed(draft.text, after)
+    if written is None:
         raise FillError(f"the new text for {name} repeats the code after the region; nothing written")
-    text = fit_region(fill, old, newline_of(source))
+    text = fit_region(written, old, newline_of(source))
     original = _check(source, language, region)
     checked = yield from repair_edit(
         filler, instruction, source, before + text + after, (a, a + len(text.encode())), language, original,

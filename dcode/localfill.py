@@ -228,7 +228,7 @@ class LocalFiller:
         # with a suffix the masks are a middle whose length the model chooses: once it writes an end
         # token the positions after it are padding (config.stop_at_eos), so a short middle takes the
         # passes it needs, not those of `length`
-        last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks, least=self.least))
+        last = yield from sampled(denoise(model, canvas, len(ids), self.config, masks=masks, least=self.least))
         kept = answer_ids(model.facts, last.canvas[len(ids) : len(ids) + length].tolist(), middle=bool(self.suffix))
         seconds = time.perf_counter() - began
         return Draft(decode(model, kept), len(ids) + len(self.suffix), len(kept), length, last.forward, seconds)
@@ -244,7 +244,7 @@ class LocalFiller:
         yield Started((len(ids), len(canvas)), ((layout.start, layout.start + layout.budget),))
         began = time.perf_counter()
         run = replace(self.config, stop_at_eos=False)
-        last = yield from sampled(denoise(model, canvas, layout.start, run, fill=masks))
+        last = yield from sampled(denoise(model, canvas, layout.start, run, masks=masks))
         kept = answer_ids(model.facts, last.canvas[layout.start : layout.start + layout.budget].tolist(), middle=True)
         window = layout.window.metadata(data, layout.context_tokens)
         return Draft(

@@ -182,7 +182,7 @@ def fill(
         number, attempt = round_attempt
         yield Started((len(prompt_ids), len(refill.ids)), tuple(refill.regions), repair_round=number, attempt=attempt)
         last: Step | None = None
-        for last in denoise(model, refill.ids, len(prompt_ids), run, fill=masks, ban=ban):
+        for last in denoise(model, refill.ids, len(prompt_ids), run, masks=masks, ban=ban):
             yield last
         assert last is not None  # every span holds at least room(0) = 2 masks
         forward += last.forward

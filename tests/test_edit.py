@@ -469,9 +469,9 @@ def test_an_end_token_in_the_region_does_not_end_the_file(tokenizer, monkeypatch
     configs: list[SamplerConfig] = []
     real = localfill.denoise
 
-    def spy(model, canvas, start, config, fill=None):
+    def spy(model, canvas, start, config, masks=None):
         configs.append(config)
-        return real(model, canvas, start, config, fill=fill)
+        return real(model, canvas, start, config, masks=masks)
 
     monkeypatch.setattr(localfill, "denoise", spy)
     run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, parse_lines("9-10", SOURCE))

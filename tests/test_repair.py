@@ -323,7 +323,7 @@ def test_round_events_carry_the_right_counts(tokenizer) -> None:
             steps_since += 1
             continue
         assert started is not None and (started.repair_round, started.attempt) == (event.round, event.attempt)
-        assert sum(b - a for a, b in started.fill) == event.masks  # the Started names every mask
+        assert sum(b - a for a, b in started.regions) == event.masks  # the Started names every mask
         rounds.append(event)
         assert event.forward == steps_since  # one Step per forward pass, all re-yielded
         steps_since = 0
