@@ -158,9 +158,8 @@ def commit_rule_pass(
     """A token and a score for each open offset (n,) from the block's logits (row 0 of readout),
     then the commit rule's pick: the schedule's count of the best (`counts`, one a pass: LLaDA's
     schedule), those at least as probable as the threshold (Fast-dLLM), those within the entropy
-    bound (EB-sampler); or all
-    of them, greedily, on the block's last allowed pass or once its argmax is stable and confident
-    (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
+    bound (EB-sampler); or all of them, greedily, on the block's last allowed pass or once its
+    argmax is stable and confident (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
     config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
     (s, e), whole = now.block, config.stop_entropy > 0  # the early stop reads the whole block
     read = torch.arange(e - s, device=offsets.device) if whole else offsets
