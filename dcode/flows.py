@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dcode.config import REPAIR_TRIES
 from dcode.events import Edited, Event, Finished, Repaired, RepairRound, Unit, relayed
-from dcode.filler import Filler, FillError
+from dcode.filler import Filler, FillError, Plan
 from dcode.fixes import judge
 from dcode.linediff import newline_of
 from dcode.spans import Origin, fit_region, unechoed, widen
@@ -266,36 +266,57 @@ def repair(
             note = plan
             break
         # 2) fill, splice, check and judge, try after try, until one is kept
-        for attempt in range(1, tries + 1):
-            try:
-                fills = yield from filler.fill(plan, (number, attempt), origin)
-            except FillError as error:
-                note = f"stopped: {error}"
-                break
-            texts = [in_line_endings(t, newline_of(best)) for t in fills.texts]
-            where = [(s.start_byte, s.end_byte) for s in plan.spans]
-            candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
-            history.append(
-                RepairRound(
-                    number,
-                    attempt,
-                    tuple(best_issues),
-                    plan.spans,
-                    fills.tokens,
-                    fills.masks,
-                    fills.forward,
-                    len(found),
-                    kept,
-                    restored,
-                )  # fmt: skip
-            )
-            yield history[-1]
-            if kept:
-                best, best_issues = candidate, found
-                break
+        tried = round_tries(filler, plan, number, tries, best, best_issues, language, origin, hint)
+        records, kept, note = yield from tried
+        history += records
+        if kept is not None:
+            best, best_issues = kept
         if note:
             break
     yield summed(issues, best, best_issues, history, time.perf_counter() - began, note, filler.unit)
+
+
+def round_tries(
+    filler: Filler,
+    plan: Plan,
+    number: int,
+    tries: int,
+    best: str,
+    best_issues: list[Issue],
+    language: str,
+    origin: Origin,
+    hint: Issue | None,
+) -> Generator[Event, None, tuple[list[RepairRound], tuple[str, list[Issue]] | None, str]]:
+    """Round `number`'s tries: the filler fills the plan's spans, the fills are spliced into best,
+    checked and judged, until one is kept. Yields each try's events and its RepairRound; returns
+    the tries' records, the kept (code, issues) or None, and a note when a FillError stopped it."""
+    tried: list[RepairRound] = []
+    for attempt in range(1, tries + 1):
+        try:
+            fills = yield from filler.fill(plan, (number, attempt), origin)
+        except FillError as error:
+            return tried, None, f"stopped: {error}"
+        texts = [in_line_endings(t, newline_of(best)) for t in fills.texts]
+        where = [(s.start_byte, s.end_byte) for s in plan.spans]
+        candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
+        tried.append(
+            RepairRound(
+                number,
+                attempt,
+                tuple(best_issues),
+                plan.spans,
+                fills.tokens,
+                fills.masks,
+                fills.forward,
+                len(found),
+                kept,
+                restored,
+            )  # fmt: skip
+        )
+        yield tried[-1]
+        if kept:
+            return tried, (candidate, found), ""
+    return tried, None, ""
 
 
 def summed(
