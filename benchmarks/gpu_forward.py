@@ -106,10 +106,11 @@ def build(family: str, config: dict[str, Any], device: torch.device, dtype: torc
     from the released config values as dcode's family module maps them."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    from dcode.models import facts as stated
     from dcode.models.base import ModelFacts
     from dcode.models.decoder import QWEN2_KEYS, QWEN3_KEYS, DecoderDenoiser
-    from dcode.models.llada import llama_values
+    from dcode.models.facts import positive
+    from dcode.models.families import FAMILIES
+    from dcode.models.families.llada import llama_values
 
     where = Path(family)
     if family == "diffusion_gemma":
@@ -125,10 +126,11 @@ def build(family: str, config: dict[str, Any], device: torch.device, dtype: torc
     model_config = config_class.from_dict(values)
     model_config._attn_implementation = "sdpa"  # as decoder.load_weights asks
     model = on_device(lambda: model_class(model_config), device, dtype)
-    spec = stated.SPECS[family]
+    spec = FAMILIES[family].facts
+    assert spec is not None  # a mask-diffusion family
     facts = ModelFacts(
         name=family, family=family, mask_id=0, eos_ids=frozenset({1}), pad_id=1,
-        shifted=bool(spec.shifted), block=stated.positive(config, spec.block_keys),
+        shifted=bool(spec.shifted), block=positive(config, spec.block_keys),
         max_length=int(model_config.max_position_embeddings), vocab_size=int(model_config.vocab_size),
     )  # fmt: skip
     return DecoderDenoiser(model, None, facts)
@@ -138,7 +140,7 @@ def build_gemma(config: dict[str, Any], device: torch.device, dtype: torch.dtype
     from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion
 
     from dcode.models.base import ModelFacts
-    from dcode.models.diffusion_gemma import DiffusionGemmaDenoiser
+    from dcode.models.families.diffusion_gemma import DiffusionGemmaDenoiser
 
     model_config = DiffusionGemmaConfig(**config)
     model_config._attn_implementation = "sdpa"

@@ -28,7 +28,8 @@ import torch
 from dcode.bench import PROMPTS, REGISTRY, named, provenance, python_prompts, select, with_family
 from dcode.bench.answers import answer
 from dcode.bench.report import answers_markdown, provenance_markdown
-from dcode.models import load, qwen2, resolve
+from dcode.models import load, resolve
+from dcode.models.families import qwen2
 
 # The rows run by default (registry names); --settings replaces them, the other options add rows.
 DEFAULT_SETTINGS = ("one-per-pass", "threshold-0.9", "threshold-0.7", "entropy-bound-0.1", "verify", "model-defaults")

@@ -144,7 +144,7 @@ def make_checkpoints() -> ModuleType:
 
 def python_lines(count: int = 300) -> list[str]:
     """A few hundred lines of varied, plausible Python to train a tiny BPE on."""
-    from dcode.testing.checkpoints import python_lines as lines
+    from dcode.testing.kit import python_lines as lines
 
     return lines(count)
 

@@ -1,5 +1,5 @@
 """Tiny-A2D (ZHZisZZ/dllm, dllm/pipelines/a2d) from tiny checkpoints in its released layout
-(dcode.testing.checkpoints.write_a2d): model_type "a2d-qwen2" / "a2d-qwen3" on Qwen names, the
+(dcode.models.families.a2d.write_checkpoint): model_type "a2d-qwen2" / "a2d-qwen3" on Qwen names, the
 tokenizer as vocab.json + merges.txt with <|mask|> added, bd3lm or mdlm said by the name alone.
 
 Logits are checked against test_families' plain-torch forward (float32, and bfloat16 within a

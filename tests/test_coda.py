@@ -1,5 +1,5 @@
 """CoDA (SalesforceAIResearch/CoDA) from a tiny checkpoint in its released layout
-(dcode.testing.checkpoints.write_coda): model_type "CoDA", Qwen3 names, bidirectional attention,
+(dcode.models.families.coda.write_checkpoint): model_type "CoDA", Qwen3 names, bidirectional attention,
 logits shifted by one position, the mask in config.json, generation_config's `alg` mapped to an
 ordering where dcode has one. Logits against test_families' plain-torch forward (float32, and
 bfloat16 within a tolerance); `dcode new`, `edit`, `repair` run; `dcode models --verbose` states it."""

@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from dcode import models
 from dcode.cli import app
-from dcode.config import SamplerConfig
+from dcode.config import SamplerConfig, merge_family_defaults
 from dcode.events import drain
 from dcode.forward import uniform_noise
-from dcode.models import apply_defaults, family_of
+from dcode.models import family_of
 from dcode.models.base import ModelFacts
-from dcode.models.facts import GEMMA_DEFAULTS as DEFAULTS
-from dcode.models.facts import gemma_defaults as sampling_defaults
+from dcode.models.families.diffusion_gemma import GEMMA_DEFAULTS as DEFAULTS
+from dcode.models.families.diffusion_gemma import gemma_defaults as sampling_defaults
 from dcode.sampler import Step, denoise, linear_temperature
 
 CANVAS = 8  # the tiny checkpoint's canvas_length: a 16-token answer takes two canvases
@@ -78,7 +78,7 @@ def model(folder: Path):
 
 
 def defaults_config(model, **changes: object) -> SamplerConfig:
-    return apply_defaults(SamplerConfig(**changes), model.facts.defaults, explicit=set(changes))  # type: ignore[arg-type]
+    return merge_family_defaults(SamplerConfig(**changes), set(changes), model.facts.defaults)  # type: ignore[arg-type]
 
 
 def prompt_canvas(model, prompt: int = 5, answer: int = 16) -> torch.Tensor:
@@ -101,7 +101,7 @@ def test_facts_and_defaults(model, folder: Path) -> None:
     assert (facts.mask_id, facts.pad_id, facts.eos_ids) == (vocab[MASK], vocab[PAD], frozenset({vocab[EOS]}))
     assert (facts.vocab_size, facts.max_length) == (len(vocab), 512)
     assert facts.defaults == DEFAULTS  # generation_config.json leaves every setting unset
-    merged = apply_defaults(SamplerConfig(), facts.defaults, explicit=set())
+    merged = merge_family_defaults(SamplerConfig(), set(), facts.defaults)
     assert (merged.rule, merged.entropy_bound, merged.temperature, merged.cooling) == ("entropy-bound", 0.1, 0.8, 0.5)
     assert (merged.max_block_steps, merged.stop_entropy) == (48, 0.005)
 

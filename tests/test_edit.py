@@ -16,7 +16,6 @@ import stat
 from pathlib import Path
 
 import pytest
-import typer
 from conftest import ScriptedDenoiser
 from typer.testing import CliRunner
 
@@ -605,9 +604,7 @@ def test_embedded_model_edits_a_symbol_and_keeps_the_rest(tiny) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The command (runs once `edit` is registered in dcode.cli)
-
-REGISTERED = "edit" in [c.name for c in typer.main.get_command(app).commands.values()]  # type: ignore[attr-defined]
+# The command
 
 
 @pytest.fixture(autouse=True)
@@ -618,7 +615,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@pytest.mark.skipif(not REGISTERED, reason="`dcode edit` is not registered in dcode.cli yet")
 class TestCommand:
     @pytest.fixture(autouse=True)
     def workdir(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

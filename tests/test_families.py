@@ -1,5 +1,5 @@
 """Real diffusion families on transformers' own classes, from tiny checkpoints in each family's
-released on-disk format (dcode.testing.checkpoints writes them and cites the sources): Dream
+released on-disk format (each family's module writes them and cites the sources): Dream
 (Qwen2 names, model_type "Dream", one file or shards, a remote-code tokenizer_config), LLaDA (OLMo
 names and config keys), SDAR (model_type "sdar", Qwen3 names, eos in generation_config.json) and
 Fast-dLLM v2 (model_type "Fast_dLLM_Qwen", bd_size, the mask in the tokenizer only). Logits are
@@ -26,9 +26,10 @@ from typer.testing import CliRunner
 
 from dcode import models
 from dcode.cli import app
-from dcode.config import SamplerConfig
-from dcode.models import ModelError, apply_defaults, facts, list_models
+from dcode.config import SamplerConfig, merge_family_defaults
+from dcode.models import FAMILIES, ModelError, families, list_models
 from dcode.models.checkpoint import read_header
+from dcode.models.families.diffusion_gemma import GEMMA_DEFAULTS
 from dcode.testing import checkpoints as tiny
 
 SIZE = tiny.SIZES["tiny"]
@@ -270,14 +271,30 @@ def test_new_runs_end_to_end(which: str, request: pytest.FixtureRequest) -> None
     assert mask not in report["code"]  # every mask was filled
 
 
+def test_the_registry_is_every_family_module() -> None:
+    """dcode/models/families/<name>.py declares FAMILY named <name> (modules starting with "_" are a
+    family's private parts); its catalogue entries name it, it states its facts one way, and it
+    writes at least one released-format test checkpoint, named after it."""
+    folder = Path(families.__file__).parent
+    assert sorted(FAMILIES) == sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    for name, family in FAMILIES.items():
+        assert all(entry.family == name for entry in family.catalogue), name
+        assert (family.facts is None) != (family.state_facts is None), name
+        assert family.checkpoints and all(c == name or c.startswith(f"{name}_") for c in family.checkpoints)
+    assert set(tiny.FAMILIES) == {c for family in FAMILIES.values() for c in family.checkpoints}
+
+
 def test_family_defaults_are_valid_sampler_settings() -> None:
-    for defaults in [spec.defaults for spec in facts.SPECS.values()] + [facts.GEMMA_DEFAULTS]:
-        merged = apply_defaults(SamplerConfig(), defaults, explicit=set())
+    stated = [family.facts.defaults for family in FAMILIES.values() if family.facts is not None]
+    for defaults in [*stated, GEMMA_DEFAULTS]:
+        merged = merge_family_defaults(SamplerConfig(), set(), defaults)
         assert {k: getattr(merged, k) for k in defaults} == defaults
-    kept = apply_defaults(SamplerConfig(temperature=0.7), facts.SPECS["dream"].defaults, explicit={"temperature"})
+    dream = FAMILIES["dream"].facts
+    assert dream is not None
+    kept = merge_family_defaults(SamplerConfig(temperature=0.7), {"temperature"}, dream.defaults)
     assert (kept.temperature, kept.ordering, kept.top_p) == (0.7, "entropy", 0.95)  # the user's value wins
     with pytest.raises(ValueError, match="top_p"):
-        apply_defaults(SamplerConfig(), {"top_p": 2.0}, explicit=set())  # still validated
+        merge_family_defaults(SamplerConfig(), set(), {"top_p": 2.0})  # still validated
 
 
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +369,7 @@ def test_families_are_detected_by_model_type_architectures_or_auto_map() -> None
     assert models.family_of({"model_type": "qwen3", "bd_size": 4}) is None  # no released checkpoint says this
 
 
-@pytest.mark.parametrize("family", [f for f in tiny.FAMILIES if f != "diffusion_gemma"] + ["diffusion_gemma"])
+@pytest.mark.parametrize("family", tiny.FAMILIES)
 def test_described_facts_equal_the_loaded_ones(family: str, tmp_path: Path) -> None:
     """`dcode models --verbose` states, from the files alone, what a load states."""
     folder = tmp_path / family
@@ -367,11 +384,11 @@ def test_real_ids_of_sdar_and_fast_dllm_are_read_where_the_release_keeps_them(tm
     """The released numbers, in a folder of the released config files without weights."""
     sdar = tmp_path / "sdar"
     release_files(sdar, "sdar")
-    f = facts.read_facts("sdar", sdar, json.loads((sdar / "config.json").read_text()), "sdar")
+    f = models.read_facts("sdar", sdar)
     assert (f.mask_id, f.eos_ids, f.shifted, f.block) == (151669, {151645, 151643}, False, 4)
     fast = tmp_path / "fast"
     release_files(fast, "fast_dllm_v2")
-    f = facts.read_facts("fast_dllm_v2", fast, json.loads((fast / "config.json").read_text()), "fast")
+    f = models.read_facts("fast", fast)
     assert (f.mask_id, 151645 in f.eos_ids, f.shifted, f.block) == (151665, True, True, 32)
 
 
@@ -437,9 +454,7 @@ def test_unknown_and_not_yet_supported_model_types(llada_folder: Path, tmp_path:
     shutil.copytree(llada_folder, folder)
     edit_config(folder, model_type="mamba", architectures=["MambaForCausalLM"], auto_map=...)
     assert one_line_error(str(folder)) == (
-        f"{folder}: unsupported model_type 'mamba' "
-        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, "
-        "stable_diffcoder, wedlm)"
+        f"{folder}: unsupported model_type 'mamba' (supported: {', '.join(sorted(FAMILIES))})"
     )
     edit_config(folder, model_type="diffusion_gemma")
     assert "uniform-noise diffusion" in one_line_error(str(folder))
@@ -625,7 +640,7 @@ def test_list_models_reads_the_cache(fake_cache: Path, dream_sharded_folder: Pat
         "org/llada-config-only",
     ]
     assert [name for name, info in found.items() if info.problem is not None] == ["org/bert"]
-    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, stable_diffcoder, wedlm"
+    supported = ", ".join(sorted(FAMILIES))
     assert found["org/bert"].problem == f"unsupported model_type 'bert' (supported: {supported})"
     tiny = found["dcode-tiny"]
     assert (tiny.family, tiny.path, tiny.complete) == ("qwen2", models.EMBEDDED, True)

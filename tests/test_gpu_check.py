@@ -202,7 +202,7 @@ def test_gpu_forward_shapes_are_the_released_ones() -> None:
         "sdar-8b": 8.2,
         "diffusion-gemma": 26.1,
     }
-    from dcode.models.llada import llama_values
+    from dcode.models.families.llada import llama_values
 
     real = forward.REAL
     assert real["dream-7b"][1]["hidden_size"] == 3584 and real["dream-7b"][1]["num_key_value_heads"] == 4

@@ -78,6 +78,14 @@ def test_check_imports_no_torch(tmp_path: Path) -> None:
     assert heavy == []
 
 
+def test_the_family_registry_imports_no_torch() -> None:
+    """Every family module is imported to build the registry (`dcode models`, name resolution):
+    torch and transformers stay inside their loaders and writers."""
+    done, heavy = heavy_modules_after("import dcode.models, dcode.models.catalogue, dcode.testing.checkpoints")
+    assert done.returncode == 0, done.stderr
+    assert heavy == []
+
+
 def test_generating_without_a_view_imports_no_textual() -> None:
     """A pipe or -q draws nothing, so the Textual app (dcode.tui_app) is never loaded."""
     argv = ["dcode", "new", "a function that adds two numbers", "--length", "16", "--no-repair", "-q"]

@@ -1,5 +1,5 @@
 """LLaDA2.x mini (llada2_moe) from a tiny checkpoint in its released layout
-(dcode.testing.checkpoints.write_llada2): a dense first layer, then mixture-of-experts layers with
+(dcode.models.families.llada2.write_checkpoint): a dense first layer, then mixture-of-experts layers with
 group-limited routing and a shared expert, a fused query_key_value with q/k norms, partial rotary,
 block-causal attention in blocks of 32 from position 0, logits not shifted.
 
@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 from test_families import SIZE, model_card, some_ids
 
 from dcode import models
-from dcode.models import facts
 from dcode.testing import checkpoints as tiny
 
 
@@ -117,7 +116,7 @@ def test_facts_and_logits_match_the_reference(folder: Path) -> None:
 
 def test_routing_reaches_many_experts(folder: Path) -> None:
     """The reference can fail: tokens spread over the experts, and the expert bias changes choices."""
-    from dcode.models.llada2 import Shape, route
+    from dcode.models.families._llada2_moe import Shape, route
 
     config = json.loads((folder / "config.json").read_text())
     shape = Shape.of(config, folder)
@@ -145,7 +144,7 @@ def test_the_released_mask_id(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {}}))
     (tmp_path / "vocab.json").write_text(json.dumps({"a": 0}))
-    f = facts.read_facts("llada2", tmp_path, config, "LLaDA2.0-mini")
+    f = models.read_facts("LLaDA2.0-mini", tmp_path)
     assert (f.mask_id, f.block, f.shifted) == (156895, 32, False)
 
 

@@ -17,8 +17,9 @@ from test_imports import heavy_modules_after
 from tokenizers import Tokenizer
 
 from dcode import models
-from dcode.models import native, plain_tokenizer, qwen2
+from dcode.models import native, plain_tokenizer
 from dcode.models.checkpoint import read_config
+from dcode.models.families import qwen2
 
 CODE = 'def total(items):\n    """Sum é ✓."""\n\treturn sum(x * 2 for x in items if x)  # 10000\n\n\n'
 

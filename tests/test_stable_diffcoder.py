@@ -1,5 +1,5 @@
 """Stable-DiffCoder (ByteDance-Seed/Stable-DiffCoder-8B-Instruct, -Base) from a tiny checkpoint in
-its released layout (dcode.testing.checkpoints.write_stable_diffcoder): model_type "llama" and
+its released layout (dcode.models.families.stable_diffcoder.write_checkpoint): model_type "llama" and
 StableDiffcoderForCausalLM, Llama names without biases, <[MASK_TOKEN]> at id 5 in the tokenizer.
 
 Logits are checked against test_families' plain-torch forward run on Llama's names (float32, and
@@ -23,7 +23,6 @@ from test_families import DREAM_NAMES, SIZE, model_card, one_line_error, referen
 
 from dcode import models
 from dcode.config import SamplerConfig
-from dcode.models import facts
 from dcode.sampler import denoise
 from dcode.testing import checkpoints as tiny
 
@@ -142,7 +141,7 @@ def test_the_mask_is_5_where_the_tokenizer_does_not_name_it(tmp_path: Path) -> N
     config = {"model_type": "llama", "architectures": ["StableDiffcoderForCausalLM"], "vocab_size": 155136}
     config |= {"bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2, "max_position_embeddings": 8192}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    f = facts.read_facts("stable_diffcoder", tmp_path, config, REPO)
+    f = models.read_facts(REPO, tmp_path)
     assert (f.mask_id, f.eos_ids, f.pad_id, f.block, f.shifted, f.max_length) == (5, {2}, 1, 4, False, 8192)
 
 

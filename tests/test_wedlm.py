@@ -1,5 +1,5 @@
-"""WeDLM (Tencent/WeDLM) from a tiny checkpoint in its released layout (dcode.testing.checkpoints.
-write_wedlm): model_type "wedlm", Qwen3 names, causal attention over the canvas reordered (filled
+"""WeDLM (Tencent/WeDLM) from a tiny checkpoint in its released layout (dcode.models.families.wedlm.
+write_checkpoint): model_type "wedlm", Qwen3 names, causal attention over the canvas reordered (filled
 tokens first, masks after, each at its own rotary position), logits at each mask's own slot.
 
 Logits against test_families' plain-torch forward run on the reordered canvas (float32, and
@@ -20,7 +20,6 @@ from test_families import SDAR_NAMES, SIZE, model_card, reference_logits, some_i
 
 from dcode import models
 from dcode.config import SamplerConfig
-from dcode.models import facts
 from dcode.sampler import denoise
 from dcode.testing import checkpoints as tiny
 
@@ -110,7 +109,7 @@ def test_the_released_config_falls_back_to_151665(tmp_path: Path) -> None:
         json.dumps({"added_tokens_decoder": added, "eos_token": "<|im_end|>"})
     )
     (tmp_path / "vocab.json").write_text(json.dumps({"a": 0}))
-    f = facts.read_facts("wedlm", tmp_path, json.loads((tmp_path / "config.json").read_text()), "wedlm")
+    f = models.read_facts("wedlm", tmp_path)
     assert (f.mask_id, f.shifted, f.block, 151645 in f.eos_ids) == (151665, False, None, True)
 
 

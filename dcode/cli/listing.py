@@ -51,7 +51,8 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
     values: each special token as {"id", "token"}; or {"error": ...} when its files do not say."""
     from dcode.dtypes import cpu_dtype
     from dcode.models import ModelError, read_facts
-    from dcode.models.facts import TokenTable, token_names
+    from dcode.models.facts import token_names
+    from dcode.models.plain_tokenizer import TokenTable
 
     try:
         facts = read_facts(name, path)

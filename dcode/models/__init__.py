@@ -1,24 +1,24 @@
 """Resolve a model spec (nothing, a folder, a Hugging Face id) and load it with its family module.
 
-Owns: where the embedded model lives, which family module reads a checkpoint (by config.json
-`model_type`, else the classes `architectures` or `auto_map` name, or auto_map's modules), finding an id in the local
-Hugging Face cache, listing the models there (and what a load would state about each, torch-free:
-read_facts), and merging a family's sampler defaults into the user's settings. Never downloads
-and never runs code shipped with a checkpoint. Heavy imports (torch, transformers) happen inside
-load(), never at import time; listing reads safetensors headers with json alone.
+Owns: where the embedded model lives, which family reads a checkpoint (by config.json
+`model_type`, else the classes `architectures` or `auto_map` name, or auto_map's modules; the
+families are dcode.models.families' modules), finding an id in the local Hugging Face cache, and
+listing the models there (and what a load would state about each, torch-free: read_facts). Never
+downloads and never runs code shipped with a checkpoint. Heavy imports (torch, transformers)
+happen inside load(), never at import time; listing reads safetensors headers with json alone.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from dcode.models import catalogue, checkpoint, facts
+from dcode.models import catalogue, checkpoint
 from dcode.models.base import Denoiser, ModelError, ModelFacts
+from dcode.models.families import FAMILIES
+from dcode.models.plain_tokenizer import TokenTable, require_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +31,6 @@ __all__ = [
     "ModelError",
     "ModelFacts",
     "ModelInfo",
-    "apply_defaults",
     "default_cache_dir",
     "family_of",
     "list_models",
@@ -44,45 +43,6 @@ __all__ = [
 
 EMBEDDED_NAME = "dcode-tiny"
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / EMBEDDED_NAME
-
-
-@dataclass(frozen=True)
-class Family:
-    module: str  # dcode.models.<module> has load(folder, device, dtype, name, config)
-    model_types: frozenset[str]  # config.json model_type, lower-case
-    architectures: frozenset[str]  # config.json architectures, tried when model_type is unknown
-    # auto_map modules ("modeling_x" of "modeling_x.Class"), for a release whose model_type and
-    # class names are another model's (Stable-DiffCoder's earlier "llama" + LlamaForCausalLM).
-    modules: frozenset[str] = frozenset()
-
-
-# Families dcode loads on transformers' own classes, by the name facts.family reports; detected
-# from what the released config.json files say (model_type, else architectures or auto_map).
-FAMILIES = {
-    "dream": Family("dream", frozenset({"dream"}), frozenset({"DreamModel"})),
-    "llada": Family("llada", frozenset({"llada"}), frozenset({"LLaDAModelLM"})),
-    "qwen2": Family("qwen2", frozenset({"qwen2"}), frozenset()),  # dcode's own format (dcode-tiny)
-    "sdar": Family("sdar", frozenset({"sdar"}), frozenset({"SDARForCausalLM"})),
-    "fast_dllm_v2": Family("fast_dllm", frozenset({"fast_dllm_qwen"}), frozenset({"Fast_dLLM_QwenForCausalLM"})),
-    # Tiny-A2D: Qwen2 / Qwen3 converted from autoregressive (dllm's A2DQwen{2,3}LMHeadModel).
-    "a2d": Family(
-        "a2d", frozenset({"a2d-qwen2", "a2d-qwen3"}), frozenset({"A2DQwen2LMHeadModel", "A2DQwen3LMHeadModel"})
-    ),
-    "coda": Family("coda", frozenset({"coda"}), frozenset({"CoDALanguageModel"})),
-    "wedlm": Family("wedlm", frozenset({"wedlm"}), frozenset({"WeDLMForCausalLM"})),
-    "llada2": Family("llada2", frozenset({"llada2_moe"}), frozenset({"LLaDA2MoeModelLM"})),
-    # model_type "llama": told from a plain Llama by its class or its modeling module alone.
-    "stable_diffcoder": Family(
-        "stable_diffcoder",
-        frozenset(),
-        frozenset({"StableDiffcoderForCausalLM"}),
-        frozenset({"modeling_stable_diffcoder"}),
-    ),
-    # Uniform-noise block diffusion (facts.noise == "uniform"), native in transformers >= 5.11.
-    "diffusion_gemma": Family(
-        "diffusion_gemma", frozenset({"diffusion_gemma"}), frozenset({"DiffusionGemmaForBlockDiffusion"})
-    ),
-}
 
 
 def auto_map_entries(config: Mapping[str, Any]) -> list[str]:
@@ -107,13 +67,13 @@ def module_names(config: Mapping[str, Any]) -> set[str]:
 def family_of(config: Mapping[str, Any]) -> str | None:
     """The family that reads a config.json, by model_type, then by the classes it names; None if none."""
     model_type = str(config.get("model_type") or "").lower()
-    for family, spec in FAMILIES.items():
-        if model_type in spec.model_types:
-            return family
+    for name, family in FAMILIES.items():
+        if model_type in family.model_types:
+            return name
     names, modules = class_names(config), module_names(config)
-    for family, spec in FAMILIES.items():
-        if names & spec.architectures or modules & spec.modules:
-            return family
+    for name, family in FAMILIES.items():
+        if names & family.architectures or modules & family.modules:
+            return name
     return None
 
 
@@ -185,20 +145,8 @@ def load(
     folder, name = resolve(spec, cache_dir)
     config = checkpoint.read_config(folder)
     family = require_family(config, folder)
-    module = importlib.import_module(f"dcode.models.{FAMILIES[family].module}")
-    model: Denoiser = module.load(folder, where, dtype or torch.float32, name, config)
-    return model
-
-
-T = TypeVar("T")
-
-
-def apply_defaults(config: T, defaults: Mapping[str, object], explicit: Collection[str]) -> T:
-    """`config` (a dataclass, e.g. SamplerConfig) with a family's recommended value for every
-    field in `defaults` the user did not set explicitly (`explicit`: field names).
-    Example: apply_defaults(SamplerConfig(), {"temperature": 0.1}, {"temperature"}) changes nothing."""
-    changes = {key: value for key, value in defaults.items() if key not in explicit}
-    return dataclasses.replace(config, **changes)  # type: ignore[type-var]
+    chosen = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    return FAMILIES[family].load(folder, where, chosen, name, config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,7 +204,7 @@ def read_facts(name: str, folder: Path) -> ModelFacts:
     """The facts loading `folder` would state (special tokens, shift, block), from its files alone:
     no torch, no weights. ModelError when a load would fail on them too."""
     config = checkpoint.read_config(folder)
-    return facts.read_facts(require_family(config, folder), folder, config, name)
+    return FAMILIES[require_family(config, folder)].state(folder, config, TokenTable(folder), name)
 
 
 def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
@@ -270,7 +218,7 @@ def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
         try:
             info = model_info(repo_id, snapshot)
             if info.complete:  # an interrupted download says so instead
-                facts.require_tokenizer(snapshot)
+                require_tokenizer(snapshot)
         except ModelError as error:
             info = unloadable(repo_id, snapshot, error)
         found.append(info)

@@ -47,7 +47,7 @@ class ModelFacts:
     prompt: str = "new"  # prompt template in dcode/prompts ("new-bare" for models trained on bare requests)
     # The family's recommended sampler settings, as SamplerConfig field names -> values (e.g.
     # {"ordering": "entropy", "temperature": 0.1}); the CLI applies them to options the user left
-    # unset (dcode.models.apply_defaults). Not hashed: a dict.
+    # unset (dcode.config.merge_family_defaults). Not hashed: a dict.
     defaults: Mapping[str, object] = field(default_factory=dict, hash=False)
 
 

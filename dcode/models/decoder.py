@@ -6,8 +6,8 @@ the exact key/value cache of finished blocks, Fast-dLLM's approximate window cac
 attention, loading safetensors into a transformers class (with renamed keys where a family names
 its weights differently) so that a weight the config needs but the files lack is an error rather
 than a random tensor, and loading the tokenizer without remote code (the special ids: facts.py). Knows nothing
-about sampling, files other than the checkpoint's, or the terminal. Family modules (qwen2, dream,
-llada) decide the config, the names and the facts.
+about sampling, files other than the checkpoint's, or the terminal. Family modules (dcode.models.families:
+qwen2, dream, llada, ...) decide the config, the names and the facts.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from transformers.utils import logging as transformers_logging
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import need, read_headers, refuse_misfit
-from dcode.models.facts import STATE, TokenTable, require_tokenizer
+from dcode.models.families import FAMILIES
 from dcode.models.native import IGNORED_KEYS, block_causal_mask
-from dcode.models.plain_tokenizer import settings_of
+from dcode.models.plain_tokenizer import TokenTable, require_tokenizer, settings_of
 
 
 class KVCache:
@@ -343,9 +343,9 @@ def build(
     tokenizer_class: type | None = None,
     original_name: Callable[[str], str] | None = None,
 ) -> DecoderDenoiser:
-    """Load tokenizer and weights and state the facts (facts.STATE[family]): the one path every
+    """Load tokenizer and weights and state the facts (FAMILIES[family].state): the one path every
     family module takes. The family module has already called checkpoint.read_headers(folder)."""
     tokenizer = load_tokenizer(folder, tokenizer_class)
-    facts = STATE[family](folder, config, tokenizer, name)
+    facts = FAMILIES[family].state(folder, config, tokenizer, name)
     model = load_weights(model_class, folder, model_config, device, dtype, key_mapping, original_name=original_name)
     return DecoderDenoiser(model, tokenizer, facts)

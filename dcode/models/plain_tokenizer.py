@@ -1,11 +1,14 @@
-"""A tokenizer.json read by the `tokenizers` library alone, with the few calls dcode makes of a
-transformers tokenizer: dcode-tiny's start-up does not import transformers (native.py says why).
+"""Tokenizer files read without transformers: PlainTokenizer (a tokenizer.json run by the
+`tokenizers` library alone, with the few calls dcode makes of a transformers tokenizer:
+dcode-tiny's start-up does not import transformers, native.py says why) and TokenTable (the
+vocabulary and special tokens, read with json alone, for the torch-free listing).
 
 Owns: encode/decode, offsets, one token's text, the special tokens tokenizer_config.json names,
-and rendering a chat template the way transformers does (a sandboxed Jinja environment with
-trim_blocks and lstrip_blocks). Used only for folders whose tokenizer_config asks for
-PreTrainedTokenizerFast (or no class) and whose chat template needs no transformers extension;
-tests hold it equal to transformers' tokenizer. Knows nothing about models or sampling.
+rendering a chat template the way transformers does (a sandboxed Jinja environment with
+trim_blocks and lstrip_blocks), and refusing a folder without tokenizer files. PlainTokenizer is
+used only for folders whose tokenizer_config asks for PreTrainedTokenizerFast (or no class) and
+whose chat template needs no transformers extension; tests hold it equal to transformers'
+tokenizer. Knows nothing about models or sampling.
 """
 
 from __future__ import annotations
@@ -14,14 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from dcode.models.base import ModelError
 from dcode.models.checkpoint import read_optional_json
 
 SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token", "mask_token")
 # What tokenizer_config.json may name as tokenizer_class for a plain tokenizer.json.
 PLAIN_CLASSES = (None, "PreTrainedTokenizerFast", "TokenizersBackend")
+# Files that hold a tokenizer's vocabulary; a folder with none of them has no tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer.model", "tiktoken.model")
+ROLES = ("mask_token", "eos_token", "pad_token", "unk_token")
 
 
 def settings_of(folder: Path) -> dict[str, Any]:
@@ -48,8 +52,65 @@ def token_text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def require_tokenizer(folder: Path) -> None:
+    """A one-line ModelError when the folder holds no tokenizer files: an empty tokenizer would
+    load, and every prompt would encode to nothing."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
+        raise ModelError(f"{folder}: no tokenizer files (tokenizer.json, or vocab.json and merges.txt)")
+
+
+class TokenTable:
+    """The vocabulary and special tokens of a folder's tokenizer files, read with json alone:
+    what transformers' tokenizer would say about them (get_vocab, mask/eos/pad/unk_token_id),
+    without encoding anything."""
+
+    def __init__(self, folder: Path) -> None:
+        require_tokenizer(folder)
+        vocab: dict[str, int] = {}
+        whole = read_optional_json(folder / "tokenizer.json")
+        model = whole.get("model")
+        if isinstance(model, dict) and isinstance(model.get("vocab"), dict):
+            vocab.update(model["vocab"])
+        elif (folder / "vocab.json").is_file():
+            vocab.update(read_optional_json(folder / "vocab.json"))
+        added = [(t.get("id"), t.get("content")) for t in whole.get("added_tokens") or [] if isinstance(t, dict)]
+        added += [(i, t) for t, i in read_optional_json(folder / "added_tokens.json").items()]  # Qwen's releases
+        settings = read_optional_json(folder / "tokenizer_config.json")
+        decoder = settings.get("added_tokens_decoder") or {}
+        added += [(int(i), token_text(t)) for i, t in decoder.items() if str(i).isdigit()]
+        vocab.update({text: i for i, text in added if isinstance(text, str) and isinstance(i, int)})
+        self.vocab = vocab
+        named = {**read_optional_json(folder / "special_tokens_map.json"), **settings}
+        self.roles = {role: token_text(named.get(role)) for role in ROLES}
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.vocab
+
+    def role_id(self, role: str) -> int | None:
+        text = self.roles.get(role)
+        return self.vocab.get(text) if text is not None else None
+
+    @property
+    def mask_token_id(self) -> int | None:
+        return self.role_id("mask_token")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.role_id("eos_token")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.role_id("pad_token")
+
+    @property
+    def unk_token_id(self) -> int | None:
+        return self.role_id("unk_token")
+
+
 class PlainTokenizer:
     def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer  # Rust: imported where a tokenizer is run, not listed
+
         try:
             self.backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as error:  # the Rust library raises its own exception type

@@ -6,21 +6,43 @@ x += ff_out(silu(ff_proj(h)) * up_proj(h)) with h = ff_norm(x), so ff_proj is th
 the up projection and ff_out the down projection. RMSNorm, rotary embeddings (rotate-half, as
 transformers' Llama), no biases. Attention is fully bidirectional, logits are not shifted, the
 mask token is `<|mdm_mask|>` (126336), answers end with <|eot_id|> (126348) and are padded with
-<|endoftext|> (126081). Owns the config and name mapping and the family's sampling defaults.
+<|endoftext|> (126081). Owns the config and name mapping, the family's facts and sampling defaults,
+its catalogue entry and its released-format test checkpoint.
+
+Sources (read to understand, nothing copied): GSAI-ML/LLaDA-8B-Instruct config.json (OLMo keys),
+its modeling_llada.py names and generate.py (low-confidence remasking, greedy, blocks of 32); the
+LLaDA paper (HumanEval 49.4), MIT.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
-
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING, Any
 
 from dcode.models.base import ModelError
 from dcode.models.checkpoint import need, read_headers
-from dcode.models.decoder import DecoderDenoiser, build, make_config
+from dcode.models.facts import FamilyFacts
+from dcode.models.family import Entry, Family
+
+if TYPE_CHECKING:
+    import torch
+
+    from dcode.models.decoder import DecoderDenoiser
+    from dcode.testing.kit import Size
+
+# generate.py: low-confidence remasking, greedy, semi-autoregressive blocks of 32; the mask
+# <|mdm_mask|> 126336; answers end with <|eot_id|> 126348, padded with <|endoftext|> 126081.
+FACTS = FamilyFacts(
+    shifted=False,
+    mask_token="<|mdm_mask|>",
+    end_tokens=("<|eot_id|>", "<|endoftext|>"),
+    defaults={"ordering": "confidence", "temperature": 0.0, "block": 32},
+    vocab_keys=("embedding_size", "vocab_size"),
+    length_keys=("max_sequence_length",),
+    default_length=4096,
+)
+CATALOGUE = (Entry("llada-8b", "GSAI-ML/LLaDA-8B-Instruct", "llada", 8.0, 16.0, "MIT", 49.4, None),)
 
 LM_HEAD = "model.transformer.ff_out.weight"  # absent when the head is tied to wte (weight_tying)
 # LLaDA's names -> transformers Llama's: (LLaDA part, Llama part) after "model.transformer." and
@@ -119,7 +141,11 @@ def llama_values(config: dict[str, Any], folder: Path, has_lm_head: bool) -> dic
 
 def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
     """Load a local LLaDA checkpoint folder (safetensors, possibly sharded) as a denoiser: full
-    bidirectional attention, unshifted logits (facts.SPECS["llada"])."""
+    bidirectional attention, unshifted logits (FACTS)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from dcode.models.decoder import build, make_config
+
     values = llama_values(config, folder, has_lm_head=LM_HEAD in read_headers(folder))
     mapping = RENAMES
     if values["tie_word_embeddings"]:
@@ -132,3 +158,126 @@ def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, conf
         name=name, family="llada", key_mapping=mapping, tokenizer_class=PreTrainedTokenizerFast,
         original_name=original_name,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The released format, for tests: random weights, a small tokenizer
+
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+LLADA_SPECIALS += ["<|mdm_mask|>"]
+
+# LLaDA-8B-Instruct's config.json keys that do not depend on the tiny size (OLMo's names).
+LLADA_CONFIG: dict[str, object] = {
+    "activation_type": "silu",
+    "alibi": False,
+    "alibi_bias_max": 8.0,
+    "architectures": ["LLaDAModelLM"],
+    "attention_dropout": 0.0,
+    "attention_layer_norm": False,
+    "attention_layer_norm_with_affine": True,
+    "auto_map": {
+        "AutoConfig": "configuration_llada.LLaDAConfig",
+        "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+        "AutoModel": "modeling_llada.LLaDAModelLM",
+    },
+    "bias_for_layer_norm": False,
+    "block_group_size": 1,
+    "block_type": "llama",
+    "embedding_dropout": 0.0,
+    "flash_attention": False,
+    "include_bias": False,
+    "include_qkv_bias": False,
+    "init_cutoff_factor": None,
+    "init_device": "meta",
+    "init_fn": "mitchell",
+    "init_std": 0.02,  # kit.STD
+    "input_emb_norm": False,
+    "layer_norm_type": "rms",
+    "layer_norm_with_affine": True,
+    "mlp_ratio": 4,
+    "model_type": "llada",
+    "multi_query_attention": None,
+    "precision": "amp_bf16",
+    "residual_dropout": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope": True,
+    "rope_full_precision": True,
+    "rope_theta": 500000.0,
+    "scale_logits": False,
+    "transformers_version": "4.46.3",
+    "use_cache": False,
+}
+
+
+def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int, *, tied: bool = False) -> int:
+    """LLaDA-8B-Instruct's format: OLMo config keys, model.transformer.* names, no biases, untied
+    head (ff_out), multi-head attention, tokenizer.json with <|mdm_mask|> and Llama 3's template.
+    tied: weight_tying true and no ff_out (the head is wte)."""
+    from dcode.testing.kit import random_weights, save_weights, train_bpe, write_json, write_tokenizer
+
+    tokenizer = train_bpe(size, LLADA_SPECIALS)
+    settings = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|startoftext|>",
+        "eos_token": "<|endoftext|>",
+        "chat_template": LLAMA3_TEMPLATE,
+        "model_max_length": 1000000000000000019884624838656,
+    }
+    ids = write_tokenizer(folder, tokenizer, settings, "json")
+    hidden = size.hidden
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.transformer.wte.weight": (size.rows, hidden),
+        "model.transformer.ln_f.weight": (hidden,),
+    }
+    if not tied:
+        shapes["model.transformer.ff_out.weight"] = (size.rows, hidden)
+    for i in range(size.layers):
+        p = f"model.transformer.blocks.{i}."
+        shapes |= {
+            p + "q_proj.weight": (hidden, hidden),
+            p + "k_proj.weight": (hidden, hidden),
+            p + "v_proj.weight": (hidden, hidden),
+            p + "attn_out.weight": (hidden, hidden),
+            p + "ff_proj.weight": (size.inner, hidden),
+            p + "up_proj.weight": (size.inner, hidden),
+            p + "ff_out.weight": (hidden, size.inner),
+            p + "attn_norm.weight": (hidden,),
+            p + "ff_norm.weight": (hidden,),
+        }
+    count = save_weights(random_weights(shapes, seed, device, size.spread), folder, size.dtype)
+    config = {
+        **LLADA_CONFIG,
+        "d_model": hidden,
+        "embedding_size": size.rows,
+        "eos_token_id": ids["<|endoftext|>"],
+        "mask_token_id": ids["<|mdm_mask|>"],
+        "max_sequence_length": size.max_positions,
+        "mlp_hidden_size": size.inner,
+        "n_heads": size.heads,
+        "n_kv_heads": size.heads,
+        "n_layers": size.layers,
+        "pad_token_id": ids["<|endoftext|>"],
+        "torch_dtype": size.dtype,
+        "vocab_size": size.rows,
+        "weight_tying": tied,
+    }
+    write_json(folder / "config.json", config)
+    return count
+
+
+FAMILY = Family(
+    name="llada",
+    model_types=frozenset({"llada"}),
+    architectures=frozenset({"LLaDAModelLM"}),
+    facts=FACTS,
+    catalogue=CATALOGUE,
+    load=load,
+    checkpoints={"llada": write_checkpoint},
+)

@@ -6,28 +6,38 @@ Owns choosing who runs such a checkpoint. A block-causal one of the plain kind (
 on dcode.models.native, without importing transformers (2-3 s of start-up on a small CPU);
 everything else on transformers' Qwen2ForCausalLM through decoder.DecoderDenoiser, which every
 family module shares. Released block-diffusion checkpoints (SDAR, Fast-dLLM v2) have modules of
-their own. The facts are stated in facts.py. Knows nothing about sampling, files or the terminal.
+their own. Knows nothing about sampling, files or the terminal.
+
+Sources: dcode's own (dcode.train writes this format; docs/models.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from dcode.models import native, plain_tokenizer
-from dcode.models.base import Denoiser
 from dcode.models.checkpoint import need, read_config, read_headers
-from dcode.models.facts import SPECS, positive, require_tokenizer, state
+from dcode.models.facts import FamilyFacts, positive
+from dcode.models.family import Family
 
-__all__ = ["block_of", "load", "native_fits"]
+if TYPE_CHECKING:
+    import torch
+
+    from dcode.models.base import Denoiser
+    from dcode.models.native import NativeDenoiser
+    from dcode.testing.kit import Size
+
+__all__ = ["FAMILY", "block_of", "load", "native_fits"]
+
+# Qwen2 plus the diffusion keys dcode writes in config.json: the attention block, mask_token_id,
+# shifted_logits (default true), dcode_prompt and dcode_defaults.
+FACTS = FamilyFacts(shifted=None, block_keys=("block_size", "bd_size", "block_length"))
 
 
 def block_of(config: Mapping[str, Any]) -> int | None:
     """The attention block size from config.json; None (full attention) if none is given."""
-    return positive(config, SPECS["qwen2"].block_keys)
+    return positive(config, FACTS.block_keys)
 
 
 def native_fits(config: Mapping[str, Any]) -> bool:
@@ -74,14 +84,72 @@ def load(
 
 def load_native(
     folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype, name: str
-) -> native.NativeDenoiser:
+) -> NativeDenoiser:
     """The checkpoint on dcode.models.native; its tokenizer read by `tokenizers` alone when plain."""
-    require_tokenizer(folder)
+    from dcode.models import native, plain_tokenizer
+
+    plain_tokenizer.require_tokenizer(folder)
     if plain_tokenizer.fits(folder):
         tokenizer: Any = plain_tokenizer.PlainTokenizer(folder)
     else:
         from dcode.models.decoder import load_tokenizer
 
         tokenizer = load_tokenizer(folder)
-    facts = state("qwen2", folder, config, tokenizer, name)
+    facts = FAMILY.state(folder, config, tokenizer, name)
     return native.NativeDenoiser(native.load_weights(folder, config, device, dtype), tokenizer, facts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The format, for tests: random weights, dcode's own tokenizer
+
+
+def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """dcode-tiny's format: Qwen2ForCausalLM weights (tied head), block_size / mask_token_id /
+    shifted_logits in config.json, dcode's tokenizer (<|pad|> <|eos|> <|mask|> <|prompt|> <|code|>)."""
+    from dcode.testing.kit import STD, dcode_tokenizer, qwen2_shapes, random_weights, save_weights, write_json
+
+    ids = dcode_tokenizer(folder, size)
+    count = save_weights(
+        random_weights(qwen2_shapes(size, size.tied_rows, head=False), seed, device, size.spread), folder, size.dtype
+    )
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "vocab_size": size.tied_rows,
+        "hidden_size": size.hidden,
+        "intermediate_size": size.inner,
+        "num_hidden_layers": size.layers,
+        "num_attention_heads": size.heads,
+        "num_key_value_heads": size.kv_heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": size.max_positions,
+        "initializer_range": STD,
+        "rms_norm_eps": 1e-06,
+        "use_cache": True,
+        "tie_word_embeddings": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "use_sliding_window": False,
+        "sliding_window": None,
+        "max_window_layers": size.layers,
+        "layer_types": ["full_attention"] * size.layers,
+        "attention_dropout": 0.0,
+        "pad_token_id": ids["pad"],
+        "bos_token_id": None,
+        "eos_token_id": ids["eos"],
+        "dtype": size.dtype,
+        "block_size": size.block,
+        "mask_token_id": ids["mask"],
+        "shifted_logits": True,
+        "dcode_prompt": "new",
+    }
+    write_json(folder / "config.json", config)
+    return count
+
+
+FAMILY = Family(
+    name="qwen2",
+    model_types=frozenset({"qwen2"}),
+    facts=FACTS,
+    load=load,
+    checkpoints={"qwen2": write_checkpoint},
+)

@@ -11,8 +11,9 @@ float32 gate, routed by score + expert_bias within the `topk_group` best of `n_g
 group's score: its two best), top `num_experts_per_tok` experts weighted by their scores
 normalized and times routed_scaling_factor, plus `num_shared_experts` shared experts as one
 wider MLP. Block-causal attention in blocks of 32 counted from position 0 (sampler.py), logits
-not shifted; the facts are in facts.py (SPECS["llada2"]). Finished blocks are cached exactly.
-Owns the modules (native's where they are the same); native.load_checked loads the weights strictly.
+not shifted; the facts, the loader and the writer are in llada2.py. Finished blocks are cached
+exactly. Owns the modules (native's where they are the same); native.load_checked loads the weights
+strictly.
 Knows nothing about sampling or files.
 """
 
@@ -245,13 +246,3 @@ class LLaDA2Denoiser:
     @property
     def device(self) -> torch.device:
         return self.model.lm_head.weight.device
-
-
-def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> LLaDA2Denoiser:
-    """Load a local LLaDA2.x checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from dcode.models.decoder import load_tokenizer
-    from dcode.models.facts import state
-
-    model = load_weights(folder, config, device, dtype)
-    tokenizer = load_tokenizer(folder)
-    return LLaDA2Denoiser(model, tokenizer, state("llada2", folder, config, tokenizer, name))

@@ -1,0 +1,77 @@
+"""Fast-dLLM v2 (Efficient-Large-Model/Fast_dLLM_v2_7B) on transformers' Qwen2 classes.
+
+A released checkpoint says model_type "Fast_dLLM_Qwen" and ships remote modeling code (its
+configuration.py / modeling.py): Qwen2.5 layers (q/k/v biases) under Qwen2's weight names,
+block-causal attention in blocks of `bd_size` (32) at inference, logits shifted by one position
+(the prediction for position i comes from hidden state i-1), and the mask token `|<MASK>|`
+(151665) found in the tokenizer, not in config.json; generation stops on <|im_end|> (151645).
+Here the config is mapped onto Qwen2Config and the weights load into Qwen2ForCausalLM, run
+block-causal with an exact cache of finished blocks (decoder.DecoderDenoiser).
+Knows nothing about sampling, files or the terminal.
+
+Sources (read to understand, nothing copied): Fast-dLLM v2's configuration.py / modeling.py (Qwen2
+names with q/k/v biases, bd_size 32, |<MASK>| 151665 in the tokenizer, stop 151645).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.family import Family
+
+if TYPE_CHECKING:
+    import torch
+
+    from dcode.models.decoder import DecoderDenoiser
+    from dcode.testing.kit import Size
+
+# Threshold 0.9 decoding in 32-token blocks (the CLI's default rule); bd_size in config.json.
+FACTS = FamilyFacts(
+    shifted=True, block_keys=("bd_size",), mask_token="|<MASK>|", end_tokens=QWEN_TURN, default_length=32768
+)
+
+
+def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
+    """Load a local Fast-dLLM v2 checkpoint folder (safetensors, possibly sharded) as a denoiser."""
+    from dcode.models.decoder import build, qwen_model
+
+    model_class, model_config = qwen_model(config, folder, qwen3=False)
+    return build(folder, config, model_class, model_config, device, dtype, name=name, family="fast_dllm_v2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The released format, for tests: random weights, a small tokenizer
+
+
+def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int) -> int:
+    """Fast_dLLM_v2_7B's format: model_type "Fast_dLLM_Qwen" with its auto_map, Qwen2 names with
+    q/k/v biases, untied head, bd_size 32; the mask |<MASK>| is in the tokenizer only (config.json
+    names no mask), and answers stop on <|im_end|>."""
+    from dcode.testing.kit import qwen_chat_tokenizer, qwen_config, save_qwen_weights, write_json
+
+    ids = qwen_chat_tokenizer(folder, size, ["|<MASK>|"], "Qwen2Tokenizer")
+    count = save_qwen_weights(folder, size, device, seed, head=True)
+    config = qwen_config(size, ids, tied=False) | {
+        "architectures": ["Fast_dLLM_QwenForCausalLM"],
+        "auto_map": {
+            "AutoConfig": "configuration.Fast_dLLM_QwenConfig",
+            "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM",
+        },
+        "bd_size": 32,
+        "model_type": "Fast_dLLM_Qwen",
+        "transformers_version": "4.53.1",
+    }
+    write_json(folder / "config.json", config)
+    return count
+
+
+FAMILY = Family(
+    name="fast_dllm_v2",
+    model_types=frozenset({"fast_dllm_qwen"}),
+    architectures=frozenset({"Fast_dLLM_QwenForCausalLM"}),
+    facts=FACTS,
+    load=load,
+    checkpoints={"fast_dllm_v2": write_checkpoint},
+)
