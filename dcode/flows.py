@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dcode.config import REPAIR_TRIES
 from dcode.events import Edited, Event, Finished, Repaired, RepairRound, Unit, relayed
-from dcode.filler import Filler, FillError, Plan
+from dcode.filler import Draft, Filler, FillError, Plan
 from dcode.fixes import judge
 from dcode.linediff import newline_of
 from dcode.spans import Origin, fit_region, unechoed, widen
@@ -65,15 +65,20 @@ def new(
     final = repaired.code
     if final.strip() and not final.endswith("\n"):
         final += "\n"  # a new file ends with a line break, whatever the repair spliced at its end
-    yield Finished(
-        code=final,
+    yield finished(draft, final, None if repaired.note.startswith("not checked") else repaired, code)
+
+
+def finished(draft: Draft, code: str, repaired: Repaired | None = None, sampled: str = "") -> Finished:
+    """The Finished record of a draft whose final text is `code` (`sampled`: the text before repair)."""
+    return Finished(
+        code=code,
         prompt_tokens=draft.prompt_tokens,
         tokens=draft.tokens,
         masks=draft.masks,
         forward=draft.forward,
         seconds=draft.seconds,
-        repair=None if repaired.note.startswith("not checked") else repaired,
-        draft=code,
+        repair=repaired,
+        draft=sampled,
         unit=draft.unit,
         extra=draft.extra,
     )
@@ -83,16 +88,7 @@ def complete(filler: Filler, length: int) -> Iterator[Event]:
     """A plain completion (a server's /v1/completions): the filler's draft of its own prompt (and
     suffix), as written - no template, no check, no repair - then Finished."""
     draft = yield from filler.draft("", "", length, False)
-    yield Finished(
-        code=draft.text,
-        prompt_tokens=draft.prompt_tokens,
-        tokens=draft.tokens,
-        masks=draft.masks,
-        forward=draft.forward,
-        seconds=draft.seconds,
-        unit=draft.unit,
-        extra=draft.extra,
-    )
+    yield finished(draft, draft.text)
 
 
 def repair_file(
