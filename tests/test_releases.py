@@ -14,7 +14,7 @@ from conftest import serve_once
 from test_families import SIZE
 from typer.testing import CliRunner
 
-from dcode import models, pipeline
+from dcode import localfill, models
 from dcode.cli import app
 from dcode.serve import conversation
 from dcode.testing import checkpoints as tiny
@@ -94,7 +94,7 @@ def test_a2d_prompts_carry_the_authors_think_block_in_cli_and_server(kind: str, 
     folder = tmp_path / "Qwen3-0.6B-diffusion-bd3lm-v0.1"
     tiny.write(kind, folder, SIZE, seed=5)
     model = models.load(str(folder))
-    cli = model.tokenizer.decode(pipeline.prompt_ids(model, "add two numbers", "python"))
+    cli = model.tokenizer.decode(localfill.prompt_ids(model, "add two numbers", "python"))
     served = model.tokenizer.decode(conversation.encoded(model, [("user", "add two numbers")], "python"))
     assert cli == served
     assert cli.endswith(THINK_OFF) is think and cli.endswith("<|im_start|>assistant\n") is not think

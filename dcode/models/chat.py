@@ -1,6 +1,6 @@
 """The one place a chat template is applied.
 
-The CLI's prompt (dcode.pipeline.prompt_ids) and dcode serve's conversations
+The CLI's prompt (dcode.localfill.prompt_ids) and dcode serve's conversations
 (dcode.serve.conversation) both render through render(), with the keyword arguments the model's
 authors render with (ModelFacts.chat_options: Tiny-A2D's enable_thinking=False), so a model reads
 the same turns from either. Torch-free; knows nothing about prompts' wording, sampling or HTTP.
