@@ -130,6 +130,14 @@ class SamplerConfig:
     repetition_penalty: float = 1.0
     # How many answer positions back the penalty looks (llama.cpp's repeat_last_n is 64).
     repetition_window: int = 64
+    # Token editing (LLaDA2.1's T2T; dcode.rules.commit_edits): a token an earlier pass of the block
+    # wrote is replaced when the model's probability for another token is above this. The block
+    # then also takes passes after its last mask is filled, until one edits nothing (at most
+    # edit_passes). None = off (the authors' 0 is not off: it edits whenever the choice changes).
+    # Ignored by the verify rule, whose answer is one pass per token's.
+    edit_threshold: float | None = None
+    # At most this many passes per block after its last mask is filled (LLaDA2.1's max_post_steps: 16).
+    edit_passes: int = 16
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
@@ -168,6 +176,10 @@ class SamplerConfig:
             raise ValueError("repetition penalty must be a finite number >= 1")
         if self.repetition_window < 1:
             raise ValueError("repetition window must be at least 1")
+        if self.edit_threshold is not None and not 0.0 <= self.edit_threshold < 1.0:
+            raise ValueError("edit threshold must be in [0, 1)")
+        if self.edit_passes < 0:
+            raise ValueError("edit passes must be at least 0")
 
 
 # Setting a rule's own option picks that rule: `--threshold 0.5` alone means threshold decoding,

@@ -113,6 +113,14 @@ SAMPLER: tuple[Option, ...] = (
         "Verify rule: drafted tokens checked per pass (0 = one token per pass, left to right).",
         min=0,
     ),
+    sampler(
+        "edit_threshold",
+        "--edit-threshold",
+        "Token editing (LLaDA2.1): rewrite a token an earlier pass wrote when another is more probable than this.",
+        type=float,
+        optional=True,
+        shown="off (LLaDA2.1: on)",
+    ),
     sampler("seed", "--seed", "Seed of every random draw: same seed, same output.", standard=True),
     sampler("cache", "--cache/--no-cache", "Reuse keys/values of finished blocks."),
     sampler(

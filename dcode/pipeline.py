@@ -205,7 +205,8 @@ class ModelFiller:
         began = time.perf_counter()
         last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks, least=self.least))
         text, kept = answer_text(model, last.canvas, len(ids))
-        return Draft(text, len(ids), kept, length, last.forward, time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        return Draft(text, len(ids), kept, length, last.forward, seconds, extra={"edits": last.edits})
 
     def region(
         self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
@@ -227,7 +228,8 @@ class ModelFiller:
         window = layout.window.metadata(data, layout.context_tokens)
         return Draft(
             decode(model, kept), len(ids), len(kept), layout.budget, last.forward, time.perf_counter() - began,
-            context_tokens=layout.context_tokens, region_tokens=layout.region_tokens, extra={"window": window},
+            context_tokens=layout.context_tokens, region_tokens=layout.region_tokens,
+            extra={"window": window, "edits": last.edits},
         )  # fmt: skip
 
     def plan(

@@ -29,6 +29,7 @@ from dcode.rules import (
     checked_drafts,
     choose_tokens,
     chosen_probability,
+    commit_edits,
     commit_entropy_bound,
     commit_threshold,
     commit_top,
@@ -188,6 +189,29 @@ def commit_rule_pass(
     return Commit(picked, tokens, scores), stable
 
 
+def edit_pass(
+    readout: Readout, now: Pass, is_open: torch.Tensor, made: torch.Tensor, choosing: Choosing
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token editing (LLaDA2.1, dcode.rules.commit_edits) from the same pass's logits: the block's
+    positions this run filled in earlier passes (made (L,) and not is_open (L,)) that the model now
+    wants to hold another token. Returns their canvas positions (k,) and the new tokens (k,). The
+    repetition penalty does not count the tokens being reconsidered (each would penalize itself)."""
+    s, e = now.block
+    offsets = (made[s:e] & ~is_open[s:e]).nonzero()[:, 0]  # (m,) block offsets written before this pass
+    if not len(offsets):
+        return offsets, offsets
+    logits = readout(torch.zeros_like(offsets), offsets)  # (m, V)
+    reconsidered = is_open.clone()
+    reconsidered[offsets + s] = True
+    candidates = candidate_logits(logits, now.rows[0], reconsidered, now.block, choosing, offsets + s)  # (m, V)
+    config = choosing.config
+    assert config.edit_threshold is not None
+    tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, choosing.gen)
+    current = now.rows[0][offsets + s]  # (m,)
+    picked = commit_edits(chosen_probability(probs, tokens), tokens, current, config.edit_threshold)
+    return offsets[picked] + s, tokens[picked].to(choosing.dtype)
+
+
 # ---------------------------------------------------------------------------------------------
 # The verify rule: draft, then check the drafts in one batched pass
 
@@ -323,15 +347,19 @@ def verify_pass(
 # The loop
 
 
-def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int) -> None:
+def pad_after_end(
+    canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int, made: torch.Tensor
+) -> None:
     """The answer ends at its first committed end (or pad) token: what follows is padding, as in
-    training, so the positions still open after it are written with the pad id (no passes)."""
+    training, so the positions still open after it are written with the pad id (no passes), and
+    token editing leaves them alone (made (L,): the positions the model wrote)."""
     hits = (torch.isin(canvas[start:], ends) & ~is_open[start:]).nonzero()
     if len(hits):
         rest = is_open.clone()
         rest[: start + int(hits[0]) + 1] = False
         canvas[rest] = pad_id
         is_open[rest] = False
+        made[rest] = False
 
 
 def check_arguments(
@@ -374,6 +402,8 @@ def snapshot(
     fed: int,
     left: int,
     renoises: bool,
+    edited: torch.Tensor,
+    edits: int,
 ) -> Step:
     """The Step a pass yields: a copy of the canvas on the CPU (the loop keeps writing it)."""
     return Step(
@@ -387,6 +417,8 @@ def snapshot(
         done=left == 0,
         renoised=len(now.open_offsets) if renoises else 0,
         rows=len(now.rows),
+        edited=edited.cpu(),
+        edits=edits,
     )
 
 
@@ -453,7 +485,11 @@ def denoise(
     ends = choosing.ends
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
-    forwards = 0
+    forwards = edits = 0
+    made = is_open.clone()  # (L,) the positions this call fills: the only ones token editing rewrites
+    editing = config.edit_threshold is not None and not verify
+    edit_passes = config.edit_passes if editing else 0
+    nothing = torch.zeros(0, dtype=torch.long, device=device)
     ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
     for block in block_spans(start, length, size, aligned):
         s, e = block
@@ -466,8 +502,13 @@ def denoise(
         horizon = config.max_block_steps or in_block
         stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
         drafts = ahead.pop(s, Drafts())
-        index = 0  # passes in this block
-        while bool(is_open[s:e].any()):
+        index = post = 0  # passes in this block; of them, passes after its last mask was filled
+        while True:
+            # 1b) with token editing, a filled block takes more passes while they edit (LLaDA2.1's post steps)
+            filling = bool(is_open[s:e].any())
+            if not filling and post >= edit_passes:
+                break
+            post += not filling
             # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place
             now = next_pass(canvas, is_open, block, index, drafts, size, horizon, config, choosing)
             open_offsets = now.open_offsets  # (n,) block offsets of the positions to fill
@@ -475,21 +516,29 @@ def denoise(
             # each row, in float32 (a model run in bfloat16 chooses in float32), made where they are read
             readout, fed = forward(now)
             forwards += 1
-            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
-            if verify:
+            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick;
+            # and, from the same logits, the edits of what earlier passes wrote (before either is written)
+            if not filling:
+                commit = Commit(nothing, nothing, nothing.double())
+            elif verify:
                 commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
                 if next_drafts is not None:
                     ahead[e] = next_drafts
             else:
                 commit, stable = commit_rule_pass(readout, now, is_open, plan, stable, choosing)
+            edited, rewritten = edit_pass(readout, now, is_open, made, choosing) if editing else (nothing, nothing)
             positions = open_offsets[commit.picked] + s  # (k,)
             canvas[positions] = commit.tokens[commit.picked]
+            canvas[edited] = rewritten
             is_open[positions] = False
             index += 1
+            edits += len(edited)
             # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
             # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
-                pad_after_end(canvas, is_open, start, ends, facts.pad_id)
+                pad_after_end(canvas, is_open, start, ends, facts.pad_id, made)
             left = int(is_open[start:].sum())
             # 6) a snapshot of the pass (the loop keeps writing the canvas)
-            yield snapshot(canvas, positions, commit, now, forwards, fed, left, forward.renoises)
+            yield snapshot(canvas, positions, commit, now, forwards, fed, left, forward.renoises, edited, edits)
+            if not filling and not len(edited):
+                break  # a pass over the filled block that edits nothing: the block is final

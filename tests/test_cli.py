@@ -45,6 +45,7 @@ KEYS = {
     "tokens_per_second",
     "prompt_tokens",
     "canvas",
+    "edits",  # tokens rewritten by token editing (0 unless --edit-threshold or the family turns it on)
 }
 REPAIR_KEYS = {"issues_before", "issues_after", "rounds", "spans", "tokens_regenerated", "extra_forward_passes"}
 TIMING = ("seconds", "tokens_per_second")  # the only fields allowed to differ between equal runs
