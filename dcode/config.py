@@ -12,6 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 Ordering = Literal["confidence", "margin", "entropy", "random"]
+# One knob for speed against quality (--effort, a server request's reasoning_effort): each family
+# names three decodings (dcode.models.facts.FamilyFacts.efforts): "high" the one its authors'
+# published scores used, "medium" dcode's measured default, "low" the fastest dcode measured acceptable.
+Effort = Literal["low", "medium", "high"]
 Rule = Literal["schedule", "threshold", "entropy-bound", "verify"]
 ApproxCache = Literal["dual", "prefix", "off"]
 
@@ -52,6 +56,7 @@ def retried(temperature: float, seed: int, attempt: int, left_to_right: bool) ->
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
 APPROX_CACHES: tuple[str, ...] = get_args(ApproxCache)
+EFFORTS: tuple[str, ...] = get_args(Effort)
 
 
 @dataclass(frozen=True)

@@ -59,11 +59,13 @@ class Sampling:
     top_p: float = 1.0
     seed: int = 0
     sent: frozenset[str] = SAMPLING_FIELDS
+    effort: str | None = None  # --effort, as OpenAI's reasoning_effort (Mercury's, and dcode serve's)
 
     def fields(self) -> dict[str, Any]:
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         sent = self.sent | ALWAYS_SENT
-        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in sent}}
+        effort = {"reasoning_effort": self.effort} if self.effort else {}
+        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in sent}, **effort}
 
 
 def model_of(endpoint: Endpoint) -> str:

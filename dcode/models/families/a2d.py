@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ FACTS = FamilyFacts(
     default_length=32768,
     named_blocks=(("bd3lm", 32), ("mdlm", None)),
     block_origin="answer",
+    # high: the published scores' decoding (dllm's A2D evaluation: one token per pass, greedy,
+    # blocks of 32); low: THRESHOLD_LOW (not measured on this model).
+    efforts={"high": {**ONE_TOKEN_PER_PASS, "block": 32}, "low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     # The CPU pick: block diffusion (exact cache of finished 32-token blocks), 0.5B.

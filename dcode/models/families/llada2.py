@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import FamilyFacts
+from dcode.models.facts import THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from dcode.models.families._llada2_moe import LLaDA2Denoiser
     from dcode.testing.kit import Size
 
+LLADA21_Q_MODE = {"rule": "threshold", "threshold": 0.7, "edit_threshold": 0.5, "edit_passes": 16}
 # Block-causal in blocks of 32 from position 0, logits not shifted, <|mask|> (156895) added as the
 # mask and <|role_end|> as end of turn; greedy, threshold 0.95 (sampler.py).
 FACTS = FamilyFacts(
@@ -33,6 +34,26 @@ FACTS = FamilyFacts(
     default_length=32768,
     mask_id=156895,
     block=32,
+    # LLaDA2.0: high and medium its generate()'s threshold 0.95; low: THRESHOLD_LOW (not measured here).
+    efforts={"low": THRESHOLD_LOW},
+    # LLaDA2.1 (its name says so: its files are LLaDA2.0's): token editing on, as its authors run it.
+    # The rule and generate()'s defaults (threshold 0.95, editing_threshold 0.9, max_post_steps 16):
+    # ZHZisZZ/dllm dllm/pipelines/llada21 (ca176752, 2026-04-14), which mirrors the model repo's
+    # modeling_llada2_moe.py. Its two published modes (diffusers docs/source/en/api/pipelines/llada2.md,
+    # "Recommended parameters"; arXiv 2602.08676): Q Mode, whose scores the model card reports
+    # beside S Mode's, threshold 0.7 and editing 0.5, dcode's medium and high; S Mode threshold
+    # 0.5 with editing (the paper: "relying on T2T to refine the output") at SGLang's JointThreshold
+    # defaults (threshold 0.5, edit_threshold 0: any change its argmax makes), dcode's low.
+    named_efforts=(
+        (
+            "llada2.1",
+            {
+                "medium": LLADA21_Q_MODE,
+                "high": LLADA21_Q_MODE,
+                "low": {"rule": "threshold", "threshold": 0.5, "edit_threshold": 0.0, "edit_passes": 16},
+            },
+        ),
+    ),
 )
 CATALOGUE = (
     Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", 86.6, None,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Family
 
 if TYPE_CHECKING:
@@ -30,8 +30,15 @@ if TYPE_CHECKING:
 
 # generate.py: low-confidence dynamic unmasking (threshold) inside 4-token blocks; the CLI's own
 # threshold default applies. Each position's own logits; block_size in config.json.
+# high: one token per pass in its blocks (generate.py's static low-confidence remasking with steps =
+# block length); low: THRESHOLD_LOW (not measured on this model).
 FACTS = FamilyFacts(
-    shifted=False, block_keys=("block_size",), mask_token="<|MASK|>", end_tokens=QWEN_TURN, default_length=32768
+    shifted=False,
+    block_keys=("block_size",),
+    mask_token="<|MASK|>",
+    end_tokens=QWEN_TURN,
+    default_length=32768,
+    efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
 
 
