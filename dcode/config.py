@@ -197,6 +197,24 @@ RULE_IMPLIED_BY_SETTING: dict[str, Rule] = {
 }
 
 
+RULE_SETTING: dict[str, str] = {rule: field for field, rule in RULE_IMPLIED_BY_SETTING.items()}  # rule -> its own field
+
+
+def described(settings: Mapping[str, object]) -> str:
+    """A family's decoding (SamplerConfig fields over the defaults) as one line: its rule with the
+    rule's own setting first, then the rest as given.
+    Example: {"rule": "entropy-bound", "entropy_bound": 0.6} -> "entropy-bound 0.6";
+    {"temperature": 0.1} -> "threshold 0.9, temperature=0.1"; {"rule": "schedule"} -> "schedule, one token per pass"."""
+    config = SamplerConfig(**settings)  # type: ignore[arg-type]
+    own = RULE_SETTING[config.rule]
+    value = getattr(config, own)
+    head = f"{config.rule}, one token per pass" if value is None else f"{config.rule} {value}"
+    if config.rule == "verify":
+        head = f"verify, {value} drafts"
+    rest = [f"{key}={value}" for key, value in settings.items() if key not in ("rule", own)]
+    return ", ".join([head, *rest])
+
+
 def merge_family_defaults(
     config: SamplerConfig, user_set: Collection[str], family_defaults: Mapping[str, object]
 ) -> SamplerConfig:

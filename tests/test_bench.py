@@ -326,4 +326,18 @@ def test_bench_settings_lists_the_registry_and_the_parametric_names() -> None:
     assert [line.split()[0] for line in lines[: len(REGISTRY)]] == list(REGISTRY)
     assert "left-to-right                     fast      rule=verify, draft=0" in lines
     assert "model-defaults                    fast      the model's own defaults" in lines
-    assert lines[-1] == "verify-<draft>                    fast      rule=verify, draft=<draft>"
+    assert "verify-<draft>                    fast      rule=verify, draft=<draft>" in lines
+
+
+def test_bench_settings_shows_what_each_effort_means_for_each_family() -> None:
+    from dcode.models.families import FAMILIES
+
+    lines = bench("settings").stdout.splitlines()
+    efforts = lines[lines.index("a sampler option the user sets wins:") + 1 :]
+    named = {(line[:18].strip(), line[18:26].strip()): line[26:] for line in efforts}
+    assert {family for family, _ in named} == set(FAMILIES) | {"llada2 (llada2.1)"}
+    assert named["llada", "high"] == "schedule, one token per pass, ordering=confidence, temperature=0.0, block=32"
+    assert named["llada2 (llada2.1)", "medium"] == (
+        "threshold 0.7, ordering=confidence, temperature=0.0, edit_threshold=0.5, edit_passes=16"
+    )
+    assert named["diffusion_gemma", "all"].startswith("the checkpoint's own decoding")

@@ -119,3 +119,27 @@ def test_commit_edits() -> None:
 def test_edit_threshold_bounds(bad: float) -> None:
     with pytest.raises(ValueError, match="edit threshold"):
         SamplerConfig(edit_threshold=bad)
+
+
+def test_llada21_runs_with_token_editing_by_default_and_llada20_without(tmp_path) -> None:
+    """LLaDA2.1's files are LLaDA2.0's: its name says which (FamilyFacts.named_efforts), and it
+    decodes as its authors run it (Q Mode: threshold 0.7, editing 0.5; low: S Mode)."""
+    from test_families import SIZE
+
+    from dcode import models
+    from dcode.config import merge_family_defaults
+    from dcode.testing import checkpoints as tiny
+
+    found = {}
+    for name in ("LLaDA2.1-mini", "LLaDA2.0-mini"):
+        tiny.write("llada2", tmp_path / name, SIZE, seed=51)
+        model = models.load(str(tmp_path / name))
+        found[name] = merge_family_defaults(SamplerConfig(), set(), model.facts.defaults)
+        low = merge_family_defaults(SamplerConfig(), set(), model.facts.decoding("low"))
+        if name == "LLaDA2.1-mini":
+            assert (low.threshold, low.edit_threshold) == (0.5, 0.0)
+            canvas = torch.tensor([5, 6, 7] + [model.facts.mask_id] * 40)
+            last = drain(denoise(model, canvas, 3, found[name]))
+            assert last is not None and last.masked == 0  # the real loader, decoding with editing on
+    assert (found["LLaDA2.1-mini"].threshold, found["LLaDA2.1-mini"].edit_threshold) == (0.7, 0.5)
+    assert (found["LLaDA2.0-mini"].threshold, found["LLaDA2.0-mini"].edit_threshold) == (0.95, None)
