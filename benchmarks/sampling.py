@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
     parser.add_argument("--drafts", default="", help="more verify rows by drafts checked per pass, e.g. 0,4")
     parser.add_argument("--unheld", action="store_true", help="repeat each adaptive row with hold_conflicts off")
-    parser.add_argument("--edits", default="", help="repeat each non-verify row with token editing at these, e.g. 0.9,0.5")
+    parser.add_argument("--edits", default="", help="repeat each non-verify row with token editing at these (0.9,0.5)")
     parser.add_argument(
         "--transformers",
         action="store_true",
