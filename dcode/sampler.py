@@ -344,7 +344,78 @@ def verify_pass(
 
 
 # ---------------------------------------------------------------------------------------------
+# One pass's choices, whichever rule
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a block's passes hand on: the last pass's argmax (e-s,) for the early stop, the verify drafts."""
+
+    stable: torch.Tensor | None
+    drafts: Drafts
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one pass writes, and what it hands on."""
+
+    commit: Commit
+    edits: tuple[torch.Tensor, torch.Tensor]  # token editing: canvas positions (k,) and their new tokens (k,)
+    stable: torch.Tensor | None
+    drafts: Drafts
+    next_drafts: Drafts | None  # the next block's verify drafts, made by the pass that finishes this one
+
+
+def choose_pass(
+    readout: Readout,
+    now: Pass,
+    is_open: torch.Tensor,
+    made: torch.Tensor,
+    plan: list[int],
+    carried: Carried,
+    choosing: Choosing,
+    filling: bool,
+) -> Choice:
+    """The commit (the run the verify rule confirms, or a commit rule's pick; none in a pass over a
+    filled block) and, with token editing (not under the verify rule), the edits of what earlier
+    passes wrote: both from the same logits, before either is written."""
+    config, nothing = choosing.config, now.open_offsets[:0]
+    stable, drafts, next_drafts = carried.stable, carried.drafts, None
+    if not filling:
+        commit = Commit(nothing, nothing, nothing.double())
+    elif config.rule == "verify":
+        commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
+    else:
+        commit, stable = commit_rule_pass(readout, now, is_open, plan, stable, choosing)
+    editing = config.edit_threshold is not None and config.rule != "verify"
+    edits = edit_pass(readout, now, is_open, made, choosing) if editing else (nothing, nothing)
+    return Choice(commit, edits, stable, drafts, next_drafts)
+
+
+def apply_choice(
+    canvas: torch.Tensor, is_open: torch.Tensor, now: Pass, choice: Choice
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write a pass's commit and edits into the canvas (L,); returns the canvas positions committed
+    (k,) and edited (m,)."""
+    commit, (edited, rewritten) = choice.commit, choice.edits
+    positions = now.open_offsets[commit.picked] + now.block[0]  # (k,)
+    canvas[positions] = commit.tokens[commit.picked]
+    canvas[edited] = rewritten
+    is_open[positions] = False
+    return positions, edited
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop
+
+
+def to_fill(canvas: torch.Tensor, start: int, fill: torch.Tensor | None, mask_id: int) -> torch.Tensor:
+    """The positions (L,) bool denoise() fills: `fill`'s, else those holding the mask, never the
+    prompt's [0, start); written into canvas (L,) as the mask, the placeholder every Step shows."""
+    is_open = canvas == mask_id if fill is None else fill.to(device=canvas.device, dtype=torch.bool, copy=True)
+    is_open[:start] = False
+    canvas[is_open] = mask_id
+    return is_open
 
 
 def pad_after_end(
@@ -461,13 +532,10 @@ def denoise(
     region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
     until committed. `ban`: token ids never written there (repair's retries ban what the checker
     blamed); `least`: canvas[start : start + least] holds no end or pad token (a server's
-    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits.
-
-    facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
-    cache once (model.extend); each pass feeds the block alone, every position still to fill holding
-    a random token from the seeded generator (re-noised every pass), with the previous pass's
-    temperature-scaled logits (`previous=`, self-conditioning). Committed positions stay committed;
-    a uniform model's blocks count from `start` (its canvases begin where the answer does).
+    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits
+    (with token editing, a filled block may take more passes: edit_pass). A uniform-noise model
+    (DiffusionGemma: dcode.forward.UniformNoise) keeps what it committed; its blocks count from
+    `start` (its canvases begin where the answer does).
     """
     facts, device = model.facts, model.device
     canvas = canvas.clone().to(device)  # (L,)
@@ -477,19 +545,14 @@ def denoise(
     verify = config.rule == "verify"
     origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
     forward = choose_forward(model, config, gen, origin)  # exact cache, window cache, full canvas or uniform noise
-    is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
-    is_open[:start] = False  # the prompt is never filled
-    canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
+    is_open = to_fill(canvas, start, fill, facts.mask_id)  # (L,)
     open_total = int(is_open[start:].sum())
     choosing = choosing_for(model, config, gen, start, ban, canvas.dtype, least)
-    ends = choosing.ends
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
     forwards = edits = 0
     made = is_open.clone()  # (L,) the positions this call fills: the only ones token editing rewrites
-    editing = config.edit_threshold is not None and not verify
-    edit_passes = config.edit_passes if editing else 0
-    nothing = torch.zeros(0, dtype=torch.long, device=device)
+    edit_passes = config.edit_passes if config.edit_threshold is not None and not verify else 0
     ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
     for block in block_spans(start, length, size, aligned):
         s, e = block
@@ -511,34 +574,24 @@ def denoise(
             post += not filling
             # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place
             now = next_pass(canvas, is_open, block, index, drafts, size, horizon, config, choosing)
-            open_offsets = now.open_offsets  # (n,) block offsets of the positions to fill
             # 3) forward, as the strategy chosen above runs it: the logits of positions [s, reach) of
             # each row, in float32 (a model run in bfloat16 chooses in float32), made where they are read
             readout, fed = forward(now)
             forwards += 1
-            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick;
-            # and, from the same logits, the edits of what earlier passes wrote (before either is written)
-            if not filling:
-                commit = Commit(nothing, nothing, nothing.double())
-            elif verify:
-                commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
-                if next_drafts is not None:
-                    ahead[e] = next_drafts
-            else:
-                commit, stable = commit_rule_pass(readout, now, is_open, plan, stable, choosing)
-            edited, rewritten = edit_pass(readout, now, is_open, made, choosing) if editing else (nothing, nothing)
-            positions = open_offsets[commit.picked] + s  # (k,)
-            canvas[positions] = commit.tokens[commit.picked]
-            canvas[edited] = rewritten
-            is_open[positions] = False
+            # 4) choose tokens and commit some, and the edits of what earlier passes wrote (choose_pass)
+            choice = choose_pass(readout, now, is_open, made, plan, Carried(stable, drafts), choosing, filling)
+            stable, drafts = choice.stable, choice.drafts
+            if choice.next_drafts is not None:
+                ahead[e] = choice.next_drafts
+            positions, edited = apply_choice(canvas, is_open, now, choice)
             index += 1
             edits += len(edited)
             # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
             # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
-                pad_after_end(canvas, is_open, start, ends, facts.pad_id, made)
+                pad_after_end(canvas, is_open, start, choosing.ends, facts.pad_id, made)
             left = int(is_open[start:].sum())
             # 6) a snapshot of the pass (the loop keeps writing the canvas)
-            yield snapshot(canvas, positions, commit, now, forwards, fed, left, forward.renoises, edited, edits)
+            yield snapshot(canvas, positions, choice.commit, now, forwards, fed, left, forward.renoises, edited, edits)
             if not filling and not len(edited):
                 break  # a pass over the filled block that edits nothing: the block is final
