@@ -884,6 +884,23 @@ def test_sampling_fields_the_user_did_not_set_are_not_sent(replay: Any) -> None:
     assert done.stderr == ""
 
 
+def test_effort_travels_as_reasoning_effort_only_when_set(replay: Any) -> None:
+    """--effort is Mercury's reasoning_effort (and dcode serve's): sent when the user set it; a
+    strict server that refuses it by name gets the request again without it, said in one line."""
+    taking = replay(sglang)
+    done = dcode("new", "add", "--endpoint", taking.url, "--model", "m", "-q", "--effort", "low")
+    assert (done.exit_code, done.stdout, done.stderr) == (0, "".join(SGLANG_BLOCKS), "")
+    assert taking.posts and all(p.body["reasoning_effort"] == "low" for p in taking.posts)
+    server = replay(strict_server)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q", "--effort", "low")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert done.stderr.count("\n") == 1 and "refused reasoning_effort (422)" in done.stderr, done.stderr
+    assert [("reasoning_effort" in p.body) for p in server.posts][:2] == [True, False]
+    plain = replay(strict_server)
+    assert dcode("new", "add", "--endpoint", plain.url, "--model", "m", "-q").exit_code == 0
+    assert not any("reasoning_effort" in p.body for p in plain.posts)
+
+
 def test_a_sampling_field_a_server_refuses_by_name_is_dropped_once_and_said(replay: Any) -> None:
     """Issue 37: the user's --top-p, refused by name (400), is left out of one more try, with one
     line on stderr; the temperature the user set still travels."""
