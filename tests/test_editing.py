@@ -89,7 +89,7 @@ def test_edits_only_what_this_run_wrote() -> None:
     fill[10:14] = True
     config = SamplerConfig(threshold=0.2, edit_threshold=0.0, block=8, stop_at_eos=False, cache=False)
     fake = FakeDenoiser(vocab_size=V, mask_id=MASK, seed=3, scale=2.5)
-    steps = list(denoise(fake, canvas, start, config, fill=fill))
+    steps = list(denoise(fake, canvas, start, config, masks=fill))
     edited = {int(p) for s in steps if s.edited is not None for p in s.edited}
     assert edited and edited <= set(range(10, 14))
     kept = torch.ones(24, dtype=torch.bool)
