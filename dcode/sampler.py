@@ -8,9 +8,10 @@ previous pass's logits. How a pass runs the model is a forward strategy chosen o
 loop (exact block cache, Fast-dLLM's window cache, the full canvas, uniform noise); which
 positions it writes, and with what, commit_rule_pass or verify_pass decides with the pure
 functions of dcode.rules (logit filters, token choice; fixed schedule, threshold, entropy bound,
-verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI,
-the live view, the repair pass, the benchmarks and the tests all consume this generator; "just
-the result" is dcode.events.drain(denoise(...)).
+verified drafts), and edit_pass which tokens of earlier passes it rewrites (LLaDA2.1's token
+editing). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI, the live
+view, the repair pass, the benchmarks and the tests all consume this generator; "just the result"
+is dcode.events.drain(denoise(...)).
 """
 
 from __future__ import annotations

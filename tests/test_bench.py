@@ -239,7 +239,7 @@ def test_words_split_identifiers_and_key_words_match_on_five_letters() -> None:
 
 def test_a_tally_gives_every_benchmark_the_same_row() -> None:
     tally = Tally()
-    tally.add("merge two sorted lists", "def merge(a, b):\n    return sorted(a + b)\n", 4, 10, 0.5, rows=12)
+    tally.add("merge two sorted lists", "def merge(a, b):\n    return sorted(a + b)\n", 4, 10, 0.5, rows=12, edits=3)
     tally.add("parse an ISO date", "def (:\n", 6, 6, 1.5)  # not real code, no key words; one row a pass
     row = tally.summary()
     assert row == {
@@ -252,6 +252,7 @@ def test_a_tally_gives_every_benchmark_the_same_row() -> None:
         "wall_seconds": 2.0,
         "real_code_rate": 0.5,
         "key_words_rate": 0.5,
+        "edits": 3,  # tokens token editing rewrote, summed
     }
     assert Tally().summary()["tokens_per_forward"] == 0.0  # nothing answered: zeros, not a division error
 

@@ -758,6 +758,9 @@ def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) 
         args = ("new", "a function that adds two numbers", "--length", "32", "--no-repair", "--json")
         remote = dcode(*args, "--endpoint", url)
         local = dcode(*args, "--device", "cpu")
+        # --effort travels as reasoning_effort, and the server runs the family's decoding at that level
+        remote_low = dcode(*args, "--endpoint", url, "--effort", "low")
+        local_low = dcode(*args, "--device", "cpu", "--effort", "low")
     finally:
         served.terminate()
         served.wait(timeout=30)
@@ -765,6 +768,10 @@ def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) 
     there, here = json.loads(remote.stdout), json.loads(local.stdout)
     assert there["stream"] == "dcode" and there["model"] == "dcode-tiny"
     assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
+    assert remote_low.exit_code == local_low.exit_code in (0, 3), remote_low.stderr + local_low.stderr  # 3: no parse
+    there, here = json.loads(remote_low.stdout), json.loads(local_low.stdout)
+    assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
+    assert here["forward_passes"] != json.loads(local.stdout)["forward_passes"]  # low is another decoding
 
 
 def test_ctrl_c_mid_stream_exits_130_and_writes_nothing(replay: Any, tmp_path: Path) -> None:

@@ -210,6 +210,8 @@ def test_diffusing_stream_frames_equal_the_local_view(server: Served) -> None:
 def test_frames_round_trip_through_json() -> None:
     frame = Frame(("a", None, " b"), frozenset({0}), frozenset({1}), "m", "cpu", 3, 1, 2, 0.5, "rust", False, 1)
     assert wire.frame_from_json(json.loads(json.dumps(wire.frame_json(frame)))) == frame
+    edited = dataclasses.replace(frame, edited=frozenset({2}))  # token editing's rewrites travel too
+    assert wire.frame_from_json(json.loads(json.dumps(wire.frame_json(edited)))) == edited
 
 
 # ---------------------------------------------------------------------------------------------
