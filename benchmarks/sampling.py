@@ -6,6 +6,7 @@
     python benchmarks/sampling.py --thresholds 0.5,0.3 --entropy-bounds 0.3,1.0   # more rows
     python benchmarks/sampling.py --unheld             # and each adaptive row without hold_conflicts
     python benchmarks/sampling.py --drafts 0,4         # verify rows checking 0 and 4 drafts a pass
+    python benchmarks/sampling.py --edits 0.9,0.5      # and each non-verify row with token editing at 0.9, 0.5
     python benchmarks/sampling.py --transformers       # and two rows on transformers' Qwen2 and tokenizer
 
 Every setting comes from dcode.bench's registry and every row from dcode.bench.metrics: forward
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--entropy-bounds", default="", help="more entropy-bound rows, e.g. 0.3,1.0")
     parser.add_argument("--drafts", default="", help="more verify rows by drafts checked per pass, e.g. 0,4")
     parser.add_argument("--unheld", action="store_true", help="repeat each adaptive row with hold_conflicts off")
+    parser.add_argument("--edits", default="", help="repeat each non-verify row with token editing at these (0.9,0.5)")
     parser.add_argument(
         "--transformers",
         action="store_true",
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if args.unheld:
         adaptive = [name for name, config in configs.items() if config.rule in ("threshold", "entropy-bound")]
         configs |= {f"{name}-unheld": replace(configs[name], hold_conflicts=False) for name in adaptive}
+    editable = [name for name, config in configs.items() if config.rule != "verify"]
+    for tau in (float(v) for v in args.edits.split(",") if v.strip()):
+        configs |= {f"{name}-edit-{tau:g}": replace(configs[name], edit_threshold=tau) for name in editable}
     results = {name: answer(model, prompts, args.length, config) for name, config in configs.items()}
     if args.transformers:
         folder, shown = resolve(args.model)

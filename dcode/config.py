@@ -12,6 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 Ordering = Literal["confidence", "margin", "entropy", "random"]
+# One knob for speed against quality (--effort, a server request's reasoning_effort): each family
+# names three decodings (dcode.models.facts.FamilyFacts.efforts): "high" the one its authors'
+# published scores used, "medium" dcode's measured default, "low" the fastest dcode measured acceptable.
+Effort = Literal["low", "medium", "high"]
 Rule = Literal["schedule", "threshold", "entropy-bound", "verify"]
 ApproxCache = Literal["dual", "prefix", "off"]
 
@@ -52,6 +56,7 @@ def retried(temperature: float, seed: int, attempt: int, left_to_right: bool) ->
 ORDERINGS: tuple[str, ...] = get_args(Ordering)
 RULES: tuple[str, ...] = get_args(Rule)
 APPROX_CACHES: tuple[str, ...] = get_args(ApproxCache)
+EFFORTS: tuple[str, ...] = get_args(Effort)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,14 @@ class SamplerConfig:
     repetition_penalty: float = 1.0
     # How many answer positions back the penalty looks (llama.cpp's repeat_last_n is 64).
     repetition_window: int = 64
+    # Token editing (LLaDA2.1's T2T; dcode.rules.commit_edits): a token an earlier pass of the block
+    # wrote is replaced when the model's probability for another token is above this. The block
+    # then also takes passes after its last mask is filled, until one edits nothing (at most
+    # edit_passes). None = off (the authors' 0 is not off: it edits whenever the choice changes).
+    # Ignored by the verify rule, whose answer is one pass per token's.
+    edit_threshold: float | None = None
+    # At most this many passes per block after its last mask is filled (LLaDA2.1's max_post_steps: 16).
+    edit_passes: int = 16
 
     def __post_init__(self) -> None:
         if self.ordering not in ORDERINGS:
@@ -168,6 +181,10 @@ class SamplerConfig:
             raise ValueError("repetition penalty must be a finite number >= 1")
         if self.repetition_window < 1:
             raise ValueError("repetition window must be at least 1")
+        if self.edit_threshold is not None and not 0.0 <= self.edit_threshold < 1.0:
+            raise ValueError("edit threshold must be in [0, 1)")
+        if self.edit_passes < 0:
+            raise ValueError("edit passes must be at least 0")
 
 
 # Setting a rule's own option picks that rule: `--threshold 0.5` alone means threshold decoding,
@@ -178,6 +195,24 @@ RULE_IMPLIED_BY_SETTING: dict[str, Rule] = {
     "steps": "schedule",
     "draft": "verify",
 }
+
+
+RULE_SETTING: dict[str, str] = {rule: field for field, rule in RULE_IMPLIED_BY_SETTING.items()}  # rule -> its own field
+
+
+def described(settings: Mapping[str, object]) -> str:
+    """A family's decoding (SamplerConfig fields over the defaults) as one line: its rule with the
+    rule's own setting first, then the rest as given.
+    Example: {"rule": "entropy-bound", "entropy_bound": 0.6} -> "entropy-bound 0.6";
+    {"temperature": 0.1} -> "threshold 0.9, temperature=0.1"; {"rule": "schedule"} -> "schedule, one token per pass"."""
+    config = SamplerConfig(**settings)  # type: ignore[arg-type]
+    own = RULE_SETTING[config.rule]
+    value = getattr(config, own)
+    head = f"{config.rule}, one token per pass" if value is None else f"{config.rule} {value}"
+    if config.rule == "verify":
+        head = f"verify, {value} drafts"
+    rest = [f"{key}={value}" for key, value in settings.items() if key not in ("rule", own)]
+    return ", ".join([head, *rest])
 
 
 def merge_family_defaults(

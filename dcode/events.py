@@ -47,6 +47,7 @@ class Frame:
     settled: bool = False  # the answer is final: highlight it as code
     repair_round: int = 0  # 0 while drafting; k during the repair pass's k-th filling (a round's tries each count)
     unit: Unit = "pass"  # what `forward` counts
+    edited: frozenset[int] = frozenset()  # positions the latest pass rewrote (token editing)
 
     @property
     def tokens_per_pass(self) -> float:
@@ -112,6 +113,8 @@ class Step:
     done: bool  # nothing is left to fill
     renoised: int = 0  # positions fed as fresh random tokens to this pass (uniform-noise models)
     rows: int = 1  # canvases this pass fed side by side (the verify rule's drafts)
+    edited: torch.Tensor | None = None  # (k,) canvas positions an earlier pass filled that this one rewrote
+    edits: int = 0  # tokens rewritten so far by token editing (SamplerConfig.edit_threshold), this pass included
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,10 @@ class LocalFiller:
         last = yield from sampled(denoise(model, canvas, len(ids), self.config, masks=masks, least=self.least))
         kept = answer_ids(model.facts, last.canvas[len(ids) : len(ids) + length].tolist(), middle=bool(self.suffix))
         seconds = time.perf_counter() - began
-        return Draft(decode(model, kept), len(ids) + len(self.suffix), len(kept), length, last.forward, seconds)
+        return Draft(
+            decode(model, kept), len(ids) + len(self.suffix), len(kept), length, last.forward, seconds,
+            extra={"edits": last.edits},
+        )  # fmt: skip
 
     def region(
         self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
@@ -248,7 +251,8 @@ class LocalFiller:
         window = layout.window.metadata(data, layout.context_tokens)
         return Draft(
             decode(model, kept), len(ids), len(kept), layout.budget, last.forward, time.perf_counter() - began,
-            context_tokens=layout.context_tokens, region_tokens=layout.region_tokens, extra={"window": window},
+            context_tokens=layout.context_tokens, region_tokens=layout.region_tokens,
+            extra={"window": window, "edits": last.edits},
         )  # fmt: skip
 
     def plan(

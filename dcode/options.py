@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from dcode.config import APPROX_CACHES, ORDERINGS, REPAIR_FILE_TRIES, REPAIR_TRIES, RULES, SamplerConfig
+from dcode.config import APPROX_CACHES, EFFORTS, ORDERINGS, REPAIR_FILE_TRIES, REPAIR_TRIES, RULES, SamplerConfig
 
 _SAMPLER_DEFAULTS = {f.name: f.default for f in fields(SamplerConfig)}
 
@@ -113,6 +113,14 @@ SAMPLER: tuple[Option, ...] = (
         "Verify rule: drafted tokens checked per pass (0 = one token per pass, left to right).",
         min=0,
     ),
+    sampler(
+        "edit_threshold",
+        "--edit-threshold",
+        "Token editing (LLaDA2.1): rewrite a token an earlier pass wrote when another is more probable than this.",
+        type=float,
+        optional=True,
+        shown="off (LLaDA2.1: on)",
+    ),
     sampler("seed", "--seed", "Seed of every random draw: same seed, same output.", standard=True),
     sampler("cache", "--cache/--no-cache", "Reuse keys/values of finished blocks."),
     sampler(
@@ -126,6 +134,20 @@ SAMPLER: tuple[Option, ...] = (
         f"Full-attention models, Fast-dLLM cache: {', '.join(APPROX_CACHES)}.",
         type=str,
     ),
+)
+
+# One knob over the sampler options: the model family's decoding at this level (dcode.config.Effort);
+# a sampler option the user sets still wins. Resolved into the record (dcode.cli.resolve).
+EFFORT = Option(
+    "effort",
+    "--effort",
+    "DCODE_EFFORT",
+    f"Speed against quality: {', '.join(EFFORTS)} (the model's decodings: `dcode models --verbose`).",
+    str,
+    None,
+    optional=True,
+    shown="medium",
+    recorded=True,
 )
 
 REPAIR_SWITCH = Option(
@@ -320,9 +342,9 @@ SELECTION: tuple[Option, ...] = (
 COUNT = Option("count", "--count", None, "How many of the latest records.", int, 10, min=1, short="-n")
 
 # Each generating command's options after its own parameters, in the order `--help` lists them.
-NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW, *TESTING, LOG)
+NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, EFFORT, *SAMPLER, *REPAIR, *VIEW, *TESTING, LOG)
 EDIT: tuple[Option, ...] = (
-    *SELECTION, EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW, LOG
+    *SELECTION, EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, EFFORT, *SAMPLER, *REPAIR, *VIEW, LOG
 )  # fmt: skip
 # `dcode repair` runs at least one round, and tries harder than a draft's repair: the file is the user's.
 REPAIR_FILE: tuple[Option, ...] = (
@@ -330,6 +352,7 @@ REPAIR_FILE: tuple[Option, ...] = (
     *OUTPUT,
     *MODEL,
     *ENDPOINT,
+    EFFORT,
     *(o for o in SAMPLER if o.name in ("temperature", "seed")),
     replace(REPAIR_ROUNDS, min=1),
     replace(REPAIR_TRIES_OPTION, default=REPAIR_FILE_TRIES),
@@ -338,7 +361,7 @@ REPAIR_FILE: tuple[Option, ...] = (
 )
 # `dcode fix PATHS`: each region through edit's flow, so edit's model, sampler and repair options.
 FIX: tuple[Option, ...] = (
-    *TESTING, FIX_DIFF, JSON, LOG, EDIT_LENGTH, *MODEL, *ENDPOINT, *SAMPLER, *REPAIR, *VIEW
+    *TESTING, FIX_DIFF, JSON, LOG, EDIT_LENGTH, *MODEL, *ENDPOINT, EFFORT, *SAMPLER, *REPAIR, *VIEW
 )  # fmt: skip
 LOG_LIST: tuple[Option, ...] = (COUNT, JSON)  # `dcode log`; `dcode log show ID` takes JSON
 CHECK: tuple[Option, ...] = (
@@ -394,7 +417,10 @@ SERVING: tuple[Option, ...] = (
     ),
     own("access_log", bool, True, "One line per request on stderr.", flag="--access-log/--no-access-log"),
 )  # fmt: skip
-SERVE: tuple[Option, ...] = (*SERVING, *MODEL, *SAMPLER, REPAIR_ROUNDS, REPAIR_TRIES_OPTION)
+SERVE: tuple[Option, ...] = (
+    *SERVING, *MODEL, replace(EFFORT, help="The decoding of a request that names no reasoning_effort."), *SAMPLER,
+    REPAIR_ROUNDS, REPAIR_TRIES_OPTION,
+)  # fmt: skip
 
 # dcode bench speed and dcode bench quality: one signature (what to run, then where reports go), each
 # with its own few options
@@ -452,6 +478,7 @@ ALL: tuple[Option, ...] = (
     DIFF,
     LENGTH,
     EDIT_LENGTH,
+    EFFORT,
     *SAMPLER,
     *REPAIR,
     *VIEW,

@@ -26,6 +26,7 @@ MASK = "·"  # one placeholder character per masked token
 MASK_STYLE = Style(dim=True)
 REMASK_STYLE = Style(color="magenta", bold=True)  # masked again by the repair pass
 COMMITTED_STYLE = Style(color="green", bold=True, reverse=True)  # filled by the latest pass
+EDITED_STYLE = Style(color="yellow", bold=True, reverse=True)  # rewritten by the latest pass (token editing)
 NOTE_STYLE = Style(bold=True, reverse=True)  # "paused", "any key closes" at the head of the status
 THEME = "ansi_dark"  # the terminal's own 16 colours, so the final frame suits any background
 # Control characters other than tab and newline are drawn as their Unicode pictures (ESC as ␛):
@@ -92,6 +93,7 @@ def step_frame(
     `filled` default to the step's pass count and the visible tokens; a caller following a whole
     run (draft, then repair rounds) passes its own totals."""
     committed = frozenset(p - start for p in _ints(step.committed) if p >= start)
+    edited = frozenset(p - start for p in _ints(step.edited) if p >= start) if step.edited is not None else frozenset()
     return Frame(
         pieces=tuple(pieces),
         committed=frozenset() if settled else committed,
@@ -105,6 +107,7 @@ def step_frame(
         language=language,
         settled=settled,
         repair_round=repair_round,
+        edited=frozenset() if settled else edited,
     )
 
 
@@ -165,6 +168,7 @@ class Describer:
             pieces=(result.code,),
             committed=frozenset(),
             remasked=frozenset(),
+            edited=frozenset(),
             masked=0,
             forward=result.forward,
             filled=result.tokens,
@@ -209,8 +213,9 @@ def highlight(code: str, language: str) -> Text:
 
 
 def render_canvas(frame: Frame) -> Text:
-    """The canvas as code in its layout: masks as dim `·`, the latest pass in reverse green,
-    re-masked repair positions in magenta; once settled, syntax-highlighted code."""
+    """The canvas as code in its layout: masks as dim `·`, the latest pass in reverse green (what it
+    rewrote, token editing, in reverse yellow), re-masked repair positions in magenta; once
+    settled, syntax-highlighted code."""
     if frame.settled:
         return highlight(frame.code, frame.language)
     text = Text(no_wrap=False)
@@ -221,7 +226,7 @@ def render_canvas(frame: Frame) -> Text:
         if piece is None:
             wanted, piece = REMASK_STYLE if i in frame.remasked else MASK_STYLE, MASK
         else:
-            wanted = COMMITTED_STYLE if i in frame.committed else None
+            wanted = EDITED_STYLE if i in frame.edited else COMMITTED_STYLE if i in frame.committed else None
         if wanted != style and run:
             text.append("".join(run), style)
             run = []

@@ -164,6 +164,17 @@ def hold_back(rows: torch.Tensor, tokens: torch.Tensor, pick: torch.Tensor, ends
     return keep.nonzero()[:, 0]
 
 
+def commit_edits(probability: torch.Tensor, tokens: torch.Tensor, current: torch.Tensor, tau: float) -> torch.Tensor:
+    """LLaDA2.1's token-to-token editing (arXiv 2602.08676; the rule of its generate(), as
+    ZHZisZZ/dllm dllm/pipelines/llada21/sampler.py at ca176752 and SGLang's
+    dllm/algorithm/joint_threshold.py write it): of the positions an earlier pass wrote, replace
+    those whose chosen token differs from the one there and is more probable than tau (strictly).
+    probability (N,) and tokens (N,) are this pass's choices, current (N,) what the canvas holds.
+    Returns the row indices to rewrite (possibly none).
+    Example: probability [0.95, 0.99, 0.4], tokens [a, b, c], current [x, b, y], tau 0.9 -> [0]."""
+    return ((probability > tau) & (tokens != current)).nonzero()[:, 0]
+
+
 def draft_rows(canvas: torch.Tensor, positions: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
     """The verify rule's batch: canvas (L,) repeated k + 1 times, row r holding drafted[:r] (k,) at
     positions[:r] (k,) and the rest as it was (masked). -> (k + 1, L)

@@ -8,9 +8,10 @@ previous pass's logits. How a pass runs the model is a forward strategy chosen o
 loop (exact block cache, Fast-dLLM's window cache, the full canvas, uniform noise); which
 positions it writes, and with what, commit_rule_pass or verify_pass decides with the pure
 functions of dcode.rules (logit filters, token choice; fixed schedule, threshold, entropy bound,
-verified drafts). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI,
-the live view, the repair pass, the benchmarks and the tests all consume this generator; "just
-the result" is dcode.events.drain(denoise(...)).
+verified drafts), and edit_pass which tokens of earlier passes it rewrites (LLaDA2.1's token
+editing). Knows nothing about tokenizers, tree-sitter, files or the terminal. The CLI, the live
+view, the repair pass, the benchmarks and the tests all consume this generator; "just the result"
+is dcode.events.drain(denoise(...)).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dcode.rules import (
     checked_drafts,
     choose_tokens,
     chosen_probability,
+    commit_edits,
     commit_entropy_bound,
     commit_threshold,
     commit_top,
@@ -188,6 +190,29 @@ def commit_rule_pass(
     return Commit(picked, tokens, scores), stable
 
 
+def edit_pass(
+    readout: Readout, now: Pass, is_open: torch.Tensor, made: torch.Tensor, choosing: Choosing
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token editing (LLaDA2.1, dcode.rules.commit_edits) from the same pass's logits: the block's
+    positions this run filled in earlier passes (made (L,) and not is_open (L,)) that the model now
+    wants to hold another token. Returns their canvas positions (k,) and the new tokens (k,). The
+    repetition penalty does not count the tokens being reconsidered (each would penalize itself)."""
+    s, e = now.block
+    offsets = (made[s:e] & ~is_open[s:e]).nonzero()[:, 0]  # (m,) block offsets written before this pass
+    if not len(offsets):
+        return offsets, offsets
+    logits = readout(torch.zeros_like(offsets), offsets)  # (m, V)
+    reconsidered = is_open.clone()
+    reconsidered[offsets + s] = True
+    candidates = candidate_logits(logits, now.rows[0], reconsidered, now.block, choosing, offsets + s)  # (m, V)
+    config = choosing.config
+    assert config.edit_threshold is not None
+    tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, choosing.gen)
+    current = now.rows[0][offsets + s]  # (m,)
+    picked = commit_edits(chosen_probability(probs, tokens), tokens, current, config.edit_threshold)
+    return offsets[picked] + s, tokens[picked].to(choosing.dtype)
+
+
 # ---------------------------------------------------------------------------------------------
 # The verify rule: draft, then check the drafts in one batched pass
 
@@ -320,18 +345,93 @@ def verify_pass(
 
 
 # ---------------------------------------------------------------------------------------------
+# One pass's choices, whichever rule
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a block's passes hand on: the last pass's argmax (e-s,) for the early stop, the verify drafts."""
+
+    stable: torch.Tensor | None
+    drafts: Drafts
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one pass writes, and what it hands on."""
+
+    commit: Commit
+    edits: tuple[torch.Tensor, torch.Tensor]  # token editing: canvas positions (k,) and their new tokens (k,)
+    stable: torch.Tensor | None
+    drafts: Drafts
+    next_drafts: Drafts | None  # the next block's verify drafts, made by the pass that finishes this one
+
+
+def choose_pass(
+    readout: Readout,
+    now: Pass,
+    is_open: torch.Tensor,
+    made: torch.Tensor,
+    counts: list[int],
+    carried: Carried,
+    choosing: Choosing,
+    filling: bool,
+) -> Choice:
+    """The commit (the run the verify rule confirms, or a commit rule's pick; none in a pass over a
+    filled block) and, with token editing (not under the verify rule), the edits of what earlier
+    passes wrote: both from the same logits, before either is written."""
+    config, nothing = choosing.config, now.open_offsets[:0]
+    stable, drafts, next_drafts = carried.stable, carried.drafts, None
+    if not filling:
+        commit = Commit(nothing, nothing, nothing.double())
+    elif config.rule == "verify":
+        commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
+    else:
+        commit, stable = commit_rule_pass(readout, now, is_open, counts, stable, choosing)
+    editing = config.edit_threshold is not None and config.rule != "verify"
+    edits = edit_pass(readout, now, is_open, made, choosing) if editing else (nothing, nothing)
+    return Choice(commit, edits, stable, drafts, next_drafts)
+
+
+def apply_choice(
+    canvas: torch.Tensor, is_open: torch.Tensor, now: Pass, choice: Choice
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write a pass's commit and edits into the canvas (L,); returns the canvas positions committed
+    (k,) and edited (m,)."""
+    commit, (edited, rewritten) = choice.commit, choice.edits
+    positions = now.open_offsets[commit.picked] + now.block[0]  # (k,)
+    canvas[positions] = commit.tokens[commit.picked]
+    canvas[edited] = rewritten
+    is_open[positions] = False
+    return positions, edited
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop
 
 
-def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int) -> None:
+def to_fill(canvas: torch.Tensor, start: int, masks: torch.Tensor | None, mask_id: int) -> torch.Tensor:
+    """The positions (L,) bool denoise() fills: `masks`'s, else those holding the mask, never the
+    prompt's [0, start); written into canvas (L,) as the mask, the placeholder every Step shows."""
+    is_open = canvas == mask_id if masks is None else masks.to(device=canvas.device, dtype=torch.bool, copy=True)
+    is_open[:start] = False
+    canvas[is_open] = mask_id
+    return is_open
+
+
+def pad_after_end(
+    canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends: torch.Tensor, pad_id: int, made: torch.Tensor
+) -> None:
     """The answer ends at its first committed end (or pad) token: what follows is padding, as in
-    training, so the positions still open after it are written with the pad id (no passes)."""
+    training, so the positions still open after it are written with the pad id (no passes), and
+    token editing leaves them alone (made (L,): the positions the model wrote)."""
     hits = (torch.isin(canvas[start:], ends) & ~is_open[start:]).nonzero()
     if len(hits):
         rest = is_open.clone()
         rest[: start + int(hits[0]) + 1] = False
         canvas[rest] = pad_id
         is_open[rest] = False
+        made[rest] = False
 
 
 def check_arguments(
@@ -374,6 +474,8 @@ def snapshot(
     fed: int,
     left: int,
     renoises: bool,
+    edited: torch.Tensor,
+    edits: int,
 ) -> Step:
     """The Step a pass yields: a copy of the canvas on the CPU (the loop keeps writing it)."""
     return Step(
@@ -387,6 +489,8 @@ def snapshot(
         done=left == 0,
         renoised=len(now.open_offsets) if renoises else 0,
         rows=len(now.rows),
+        edited=edited.cpu(),
+        edits=edits,
     )
 
 
@@ -429,13 +533,10 @@ def denoise(
     region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
     until committed. `ban`: token ids never written there (repair's retries ban what the checker
     blamed); `least`: canvas[start : start + least] holds no end or pad token (a server's
-    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits.
-
-    facts.noise == "uniform" (DiffusionGemma): the context before a block is encoded into the
-    cache once (model.extend); each pass feeds the block alone, every position still to fill holding
-    a random token from the seeded generator (re-noised every pass), with the previous pass's
-    temperature-scaled logits (`previous=`, self-conditioning). Committed positions stay committed;
-    a uniform model's blocks count from `start` (its canvases begin where the answer does).
+    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits
+    (with token editing, a filled block may take more passes: edit_pass). A uniform-noise model
+    (DiffusionGemma: dcode.forward.UniformNoise) keeps what it committed; its blocks count from
+    `start` (its canvases begin where the answer does).
     """
     facts, device = model.facts, model.device
     canvas = canvas.clone().to(device)  # (L,)
@@ -445,15 +546,14 @@ def denoise(
     verify = config.rule == "verify"
     origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
     forward = choose_forward(model, config, gen, origin)  # exact cache, window cache, full canvas or uniform noise
-    is_open = canvas == facts.mask_id if masks is None else masks.to(device=device, dtype=torch.bool, copy=True)  # (L,)
-    is_open[:start] = False  # the prompt is never filled
-    canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
+    is_open = to_fill(canvas, start, masks, facts.mask_id)  # (L,)
     open_total = int(is_open[start:].sum())
     choosing = choosing_for(model, config, gen, start, ban, canvas.dtype, least)
-    ends = choosing.ends
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
-    forwards = 0
+    forwards = edits = 0
+    made = is_open.clone()  # (L,) the positions this call fills: the only ones token editing rewrites
+    edit_passes = config.edit_passes if config.edit_threshold is not None and not verify else 0
     ahead: dict[int, Drafts] = {}  # block start -> verify drafts made by the pass that finished the block before
     for block in block_spans(start, length, size, aligned):
         s, e = block
@@ -466,30 +566,33 @@ def denoise(
         horizon = config.max_block_steps or in_block
         stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
         drafts = ahead.pop(s, Drafts())
-        index = 0  # passes in this block
-        while bool(is_open[s:e].any()):
+        index = post = 0  # passes in this block; of them, passes after its last mask was filled
+        while True:
+            # 1b) with token editing, a filled block takes more passes while they edit (LLaDA2.1's post steps)
+            filling = bool(is_open[s:e].any())
+            if not filling and post >= edit_passes:
+                break
+            post += not filling
             # 2) the rows to feed: the canvas, or the verify rule's checked drafts in place
             now = next_pass(canvas, is_open, block, index, drafts, size, horizon, config, choosing)
-            open_offsets = now.open_offsets  # (n,) block offsets of the positions to fill
             # 3) forward, as the strategy chosen above runs it: the logits of positions [s, reach) of
             # each row, in float32 (a model run in bfloat16 chooses in float32), made where they are read
             readout, fed = forward(now)
             forwards += 1
-            # 4) choose tokens and commit some: the run the verify rule confirms, or a commit rule's pick
-            if verify:
-                commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
-                if next_drafts is not None:
-                    ahead[e] = next_drafts
-            else:
-                commit, stable = commit_rule_pass(readout, now, is_open, counts, stable, choosing)
-            positions = open_offsets[commit.picked] + s  # (k,)
-            canvas[positions] = commit.tokens[commit.picked]
-            is_open[positions] = False
+            # 4) choose tokens and commit some, and the edits of what earlier passes wrote (choose_pass)
+            choice = choose_pass(readout, now, is_open, made, counts, Carried(stable, drafts), choosing, filling)
+            stable, drafts = choice.stable, choice.drafts
+            if choice.next_drafts is not None:
+                ahead[e] = choice.next_drafts
+            positions, edited = apply_choice(canvas, is_open, now, choice)
             index += 1
+            edits += len(edited)
             # 5) the answer ends at its first end (or pad) token: what follows is padding, as in
             # training, so those positions need no passes and the loop stops once the rest is filled
             if config.stop_at_eos:
-                pad_after_end(canvas, is_open, start, ends, facts.pad_id)
+                pad_after_end(canvas, is_open, start, choosing.ends, facts.pad_id, made)
             left = int(is_open[start:].sum())
             # 6) a snapshot of the pass (the loop keeps writing the canvas)
-            yield snapshot(canvas, positions, commit, now, forwards, fed, left, forward.renoises)
+            yield snapshot(canvas, positions, choice.commit, now, forwards, fed, left, forward.renoises, edited, edits)
+            if not filling and not len(edited):
+                break  # a pass over the filled block that edits nothing: the block is final

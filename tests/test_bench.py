@@ -239,7 +239,7 @@ def test_words_split_identifiers_and_key_words_match_on_five_letters() -> None:
 
 def test_a_tally_gives_every_benchmark_the_same_row() -> None:
     tally = Tally()
-    tally.add("merge two sorted lists", "def merge(a, b):\n    return sorted(a + b)\n", 4, 10, 0.5, rows=12)
+    tally.add("merge two sorted lists", "def merge(a, b):\n    return sorted(a + b)\n", 4, 10, 0.5, rows=12, edits=3)
     tally.add("parse an ISO date", "def (:\n", 6, 6, 1.5)  # not real code, no key words; one row a pass
     row = tally.summary()
     assert row == {
@@ -252,6 +252,7 @@ def test_a_tally_gives_every_benchmark_the_same_row() -> None:
         "wall_seconds": 2.0,
         "real_code_rate": 0.5,
         "key_words_rate": 0.5,
+        "edits": 3,  # tokens token editing rewrote, summed
     }
     assert Tally().summary()["tokens_per_forward"] == 0.0  # nothing answered: zeros, not a division error
 
@@ -326,4 +327,18 @@ def test_bench_settings_lists_the_registry_and_the_parametric_names() -> None:
     assert [line.split()[0] for line in lines[: len(REGISTRY)]] == list(REGISTRY)
     assert "left-to-right                     fast      rule=verify, draft=0" in lines
     assert "model-defaults                    fast      the model's own defaults" in lines
-    assert lines[-1] == "verify-<draft>                    fast      rule=verify, draft=<draft>"
+    assert "verify-<draft>                    fast      rule=verify, draft=<draft>" in lines
+
+
+def test_bench_settings_shows_what_each_effort_means_for_each_family() -> None:
+    from dcode.models.families import FAMILIES
+
+    lines = bench("settings").stdout.splitlines()
+    efforts = lines[lines.index("a sampler option the user sets wins:") + 1 :]
+    named = {(line[:18].strip(), line[18:26].strip()): line[26:] for line in efforts}
+    assert {family for family, _ in named} == set(FAMILIES) | {"llada2 (llada2.1)"}
+    assert named["llada", "high"] == "schedule, one token per pass, ordering=confidence, temperature=0.0, block=32"
+    assert named["llada2 (llada2.1)", "medium"] == (
+        "threshold 0.7, ordering=confidence, temperature=0.0, edit_threshold=0.5, edit_passes=16"
+    )
+    assert named["diffusion_gemma", "all"].startswith("the checkpoint's own decoding")

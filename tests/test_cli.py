@@ -45,6 +45,7 @@ KEYS = {
     "tokens_per_second",
     "prompt_tokens",
     "canvas",
+    "edits",  # tokens rewritten by token editing (0 unless --edit-threshold or the family turns it on)
 }
 REPAIR_KEYS = {"issues_before", "issues_after", "rounds", "spans", "tokens_regenerated", "extra_forward_passes"}
 TIMING = ("seconds", "tokens_per_second")  # the only fields allowed to differ between equal runs
@@ -863,3 +864,31 @@ def test_sampler_settings_by_option_name() -> None:
     assert fields_set_by(["strategy", "seed", "port"]) == {"rule", "seed"}
     with pytest.raises(ValueError, match="unknown strategy"):
         sampler_settings({"strategy": "fastest"})
+
+
+def test_effort_picks_the_familys_decoding_and_sampler_options_still_win() -> None:
+    """dcode-tiny (the embedded model): low is the entropy bound 0.6, medium and high its default,
+    the verify rule (its facts; docs/dcode-tiny.md)."""
+    args = [PROMPT, *SHORT, "--no-repair"]
+    low = stable(run_json([*args, "--effort", "low"]))
+    assert low == stable(run_json([*args, "--strategy", "entropy-bound", "--entropy-bound", "0.6"]))
+    assert low == stable(run_json(args, env={"DCODE_EFFORT": "low"}))
+    default = stable(run_json(args))
+    assert low["forward_passes"] != default["forward_passes"]
+    assert stable(run_json([*args, "--effort", "high"])) == default == stable(run_json([*args, "--effort", "medium"]))
+    assert stable(run_json([*args, "--effort", "low", "--strategy", "verify"])) == default  # the option wins
+
+
+def test_unknown_effort_is_a_usage_error() -> None:
+    assert_error(dcode_new([PROMPT, "--effort", "max"]), 2, "--effort must be one of low, medium, high, not 'max'")
+    result = dcode_new([PROMPT], env={"DCODE_EFFORT": "fast"})
+    assert_error(result, 2, "DCODE_EFFORT must be one of low, medium, high, not 'fast'")
+
+
+def test_edit_threshold_rewrites_tokens_and_json_counts_them(tiny_checkpoint: Path) -> None:
+    args = [PROMPT, *SHORT, "--model", str(tiny_checkpoint), "--threshold", "0.05", "--no-repair"]
+    plain = run_json(args)
+    edited = run_json([*args, "--edit-threshold", "0.0"])
+    assert plain["edits"] == 0 and edited["edits"] > 0
+    assert edited["forward_passes"] > plain["forward_passes"]  # a filled block takes passes while they edit
+    assert stable(run_json(args, env={"DCODE_EDIT_THRESHOLD": "0"})) == stable(edited)

@@ -758,6 +758,9 @@ def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) 
         args = ("new", "a function that adds two numbers", "--length", "32", "--no-repair", "--json")
         remote = dcode(*args, "--endpoint", url)
         local = dcode(*args, "--device", "cpu")
+        # --effort travels as reasoning_effort, and the server runs the family's decoding at that level
+        remote_low = dcode(*args, "--endpoint", url, "--effort", "low")
+        local_low = dcode(*args, "--device", "cpu", "--effort", "low")
     finally:
         served.terminate()
         served.wait(timeout=30)
@@ -765,6 +768,10 @@ def test_new_through_dcode_serve_writes_what_a_local_run_writes(tmp_path: Path) 
     there, here = json.loads(remote.stdout), json.loads(local.stdout)
     assert there["stream"] == "dcode" and there["model"] == "dcode-tiny"
     assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
+    assert remote_low.exit_code == local_low.exit_code in (0, 3), remote_low.stderr + local_low.stderr  # 3: no parse
+    there, here = json.loads(remote_low.stdout), json.loads(local_low.stdout)
+    assert there["code"] == here["code"] and there["forward_passes"] == here["forward_passes"]
+    assert here["forward_passes"] != json.loads(local.stdout)["forward_passes"]  # low is another decoding
 
 
 def test_ctrl_c_mid_stream_exits_130_and_writes_nothing(replay: Any, tmp_path: Path) -> None:
@@ -882,6 +889,23 @@ def test_sampling_fields_the_user_did_not_set_are_not_sent(replay: Any) -> None:
     assert not any({"top_p", "seed"} & set(p.body) for p in server.posts)
     assert all(p.body["temperature"] == 0.0 for p in server.posts)
     assert done.stderr == ""
+
+
+def test_effort_travels_as_reasoning_effort_only_when_set(replay: Any) -> None:
+    """--effort is Mercury's reasoning_effort (and dcode serve's): sent when the user set it; a
+    strict server that refuses it by name gets the request again without it, said in one line."""
+    taking = replay(sglang)
+    done = dcode("new", "add", "--endpoint", taking.url, "--model", "m", "-q", "--effort", "low")
+    assert (done.exit_code, done.stdout, done.stderr) == (0, "".join(SGLANG_BLOCKS), "")
+    assert taking.posts and all(p.body["reasoning_effort"] == "low" for p in taking.posts)
+    server = replay(strict_server)
+    done = dcode("new", "add", "--endpoint", server.url, "--model", "m", "-q", "--effort", "low")
+    assert (done.exit_code, done.stdout) == (0, "".join(SGLANG_BLOCKS)), done.stderr
+    assert done.stderr.count("\n") == 1 and "refused reasoning_effort (422)" in done.stderr, done.stderr
+    assert [("reasoning_effort" in p.body) for p in server.posts][:2] == [True, False]
+    plain = replay(strict_server)
+    assert dcode("new", "add", "--endpoint", plain.url, "--model", "m", "-q").exit_code == 0
+    assert not any("reasoning_effort" in p.body for p in plain.posts)
 
 
 def test_a_sampling_field_a_server_refuses_by_name_is_dropped_once_and_said(replay: Any) -> None:

@@ -152,7 +152,7 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
     result = run(build_app(), ["models", "--verbose"])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1].startswith("dcode-tiny") and lines[6].startswith("JetLM/SDAR-4B-Chat")
+    assert lines[1].startswith("dcode-tiny") and lines[9].startswith("JetLM/SDAR-4B-Chat")
     runs_in = f"  runs in: {cpu_dtype()} on this CPU, bfloat16 on CUDA (--dtype auto)"
     assert lines[2:6] == [
         "  end of answer: <|eos|> (1)",
@@ -160,15 +160,24 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
         "  logits shifted: yes   block: 16   max length: 2048",
         runs_in,
     ]
-    assert lines[7:11] == [
+    assert lines[6:9] == [  # what --effort runs, its family's decodings over its config.json's defaults
+        "  --effort low: entropy-bound 0.6, draft_floor=0.3, threshold=0.7",
+        "  --effort medium: verify, 15 drafts, draft_floor=0.3, entropy_bound=0.6, threshold=0.7",
+        "  --effort high: verify, 15 drafts, draft_floor=0.3, entropy_bound=0.6, threshold=0.7",
+    ]
+    assert lines[10:17] == [
         "  end of answer: <|endoftext|> (151643), <|im_end|> (151645)",
         "  pad: <|endoftext|> (151643)   mask: <|MASK|> (151669)",
         "  logits shifted: no   block: 4   max length: 32768",
         runs_in,
+        "  --effort low: threshold 0.7",
+        "  --effort medium: threshold 0.9",
+        "  --effort high: schedule, one token per pass",
     ]
     rows = json.loads(run(build_app(), ["models", "--verbose", "--json"]).stdout)
     sdar = rows[1]["facts"]
     assert (sdar["mask"], sdar["shifted"], sdar["block"]) == ({"id": 151669, "token": "<|MASK|>"}, False, 4)
+    assert sdar["efforts"]["high"] == {"rule": "schedule", "steps": None}
     assert "facts" not in json.loads(run(build_app(), ["models", "--json"]).stdout)[0]
 
 

@@ -16,6 +16,7 @@ from rich.style import Style
 from dcode.events import Finished, RepairRound, Started, Step
 from dcode.render import (
     COMMITTED_STYLE,
+    EDITED_STYLE,
     MASK_STYLE,
     NOTE_STYLE,
     REMASK_STYLE,
@@ -146,6 +147,19 @@ def test_render_canvas_plain_text_and_styles():
     assert styles[(27, 28)] == MASK_STYLE
     assert styles[(28, 29)] == COMMITTED_STYLE  # the committed newline
     assert all(span.end <= 15 or span.start >= 15 for span in text.spans)  # "def add(a, b):\n" plain
+
+
+def test_a_rewritten_token_flashes_apart_from_a_new_one():
+    """Token editing: the positions a pass rewrote (Step.edited) are drawn in their own style."""
+    s = replace(step(MID, committed=[4], forward=3), edited=torch.tensor([len(PROMPT) + 8]))
+    pieces = token_pieces(Tokenizer(), MID, MASK, hidden=frozenset({EOS, PAD}))
+    frame = step_frame(s, pieces, len(PROMPT), model="m", device="cpu", elapsed=0.5)
+    assert frame.edited == frozenset({8}) and frame.committed == frozenset({4})
+    styles = {(span.start, span.end): span.style for span in render_canvas(frame).spans}
+    assert styles[(15, 25)] == COMMITTED_STYLE  # "    return", new this pass
+    assert styles[(28, 29)] == EDITED_STYLE  # the newline, rewritten this pass
+    settled = step_frame(s, pieces, len(PROMPT), model="m", device="cpu", elapsed=0.5, settled=True)
+    assert settled.edited == frozenset()
 
 
 def test_active_line_is_where_the_latest_pass_wrote():

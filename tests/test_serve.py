@@ -29,7 +29,7 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
 from dcode import flows, localfill  # noqa: E402
-from dcode.config import SamplerConfig, merge_family_defaults  # noqa: E402
+from dcode.config import EFFORTS, SamplerConfig, merge_family_defaults  # noqa: E402
 from dcode.events import Finished, Step, drain  # noqa: E402
 from dcode.localfill import LocalFiller  # noqa: E402
 from dcode.models import load  # noqa: E402
@@ -64,7 +64,10 @@ def free_socket() -> socket.socket:
 def server() -> Iterator[Served]:
     model = load(None)
     config = merge_family_defaults(SamplerConfig(), set(), model.facts.defaults)  # what `dcode serve` runs by default
-    engine = Engine(model, config, length=48, max_batch=8, max_queue=8, busy_draft=0)  # under load: one row a pass
+    efforts = {e: merge_family_defaults(SamplerConfig(), set(), model.facts.decoding(e)) for e in EFFORTS}
+    engine = Engine(
+        model, config, length=48, max_batch=8, max_queue=8, busy_draft=0, efforts=efforts
+    )  # under load: one row a pass
     sock = free_socket()
     instance = uvicorn.Server(uvicorn.Config(create_app(engine, api_key=KEY), log_level="warning", lifespan="off"))
     thread = threading.Thread(target=instance.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -124,6 +127,24 @@ def test_openai_client_chat_streamed_and_not(server: Served) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == answer.usage.total_tokens
     assert [m.id for m in client.models.list()] == ["dcode-tiny"]
+
+
+@pytest.mark.parametrize("effort", EFFORTS)
+def test_reasoning_effort_runs_the_familys_decoding_and_options_still_win(server: Served, effort: str) -> None:
+    engine, request = server.engine, "a function that adds two numbers"
+    body = {"messages": [{"role": "user", "content": request}], "max_tokens": 32, "reasoning_effort": effort}
+    config = engine.settings(jobs.parse("chat", body, engine.served))
+    assert config == merge_family_defaults(SamplerConfig(), set(), engine.model.facts.decoding(effort))
+    assert config.rule == ("entropy-bound" if effort == "low" else "verify")  # dcode-tiny's (docs/dcode-tiny.md)
+    *_, done = flows.new(LocalFiller(engine.model, config), request, "python", 32, 0)
+    assert isinstance(done, Finished)
+    answer = post(server.url, CHAT, body)
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == done.code
+    chosen = engine.settings(jobs.parse("chat", body | {"dcode": {"strategy": "schedule"}}, engine.served))
+    assert chosen.rule == "schedule"  # a request's own sampler option wins over its effort
+    fim = {"prompt": "def add(a, b):\n", "suffix": "\n", "max_tokens": 8, "reasoning_effort": effort}
+    assert engine.settings(jobs.parse("text", fim, engine.served)) == config
+    assert post(server.url, "/v1/completions", fim).status_code == 200
 
 
 def test_a_completion_beyond_the_context_is_refused_by_the_flows_room_check(server: Served) -> None:
@@ -189,6 +210,8 @@ def test_diffusing_stream_frames_equal_the_local_view(server: Served) -> None:
 def test_frames_round_trip_through_json() -> None:
     frame = Frame(("a", None, " b"), frozenset({0}), frozenset({1}), "m", "cpu", 3, 1, 2, 0.5, "rust", False, 1)
     assert wire.frame_from_json(json.loads(json.dumps(wire.frame_json(frame)))) == frame
+    edited = dataclasses.replace(frame, edited=frozenset({2}))  # token editing's rewrites travel too
+    assert wire.frame_from_json(json.loads(json.dumps(wire.frame_json(edited)))) == edited
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +359,15 @@ BAD = [
     ("stream not a bool", CHAT, {"messages": OK_MESSAGES, "stream": "yes"}, 400, "stream"),
     ("stop not strings", CHAT, {"messages": OK_MESSAGES, "stop": [1]}, 400, "stop"),
     ("bad sampler option", CHAT, {"messages": OK_MESSAGES, "dcode": {"threshold": 5}}, 400, "dcode.threshold"),
+    ("reasoning_effort unknown", CHAT, {"messages": OK_MESSAGES, "reasoning_effort": "max"}, 400, "reasoning_effort"),
+    ("reasoning_effort a number", CHAT, {"messages": OK_MESSAGES, "reasoning_effort": 1}, 400, "reasoning_effort"),
+    (
+        "reasoning_effort unknown, completions",
+        "/v1/completions",
+        {"prompt": "def f():", "reasoning_effort": "minimal"},
+        400,
+        "reasoning_effort",
+    ),
     ("unknown model", CHAT, {"model": "gpt-9", "messages": OK_MESSAGES}, 404, "model"),
     ("unknown path", "/v1/embeddings", {"input": "x"}, 404, None),
     ("oversized body", CHAT, b'{"messages": "' + b"x" * (5 * 2**20) + b'"}', 413, None),

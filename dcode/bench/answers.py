@@ -37,7 +37,8 @@ def answer(model: Denoiser, prompts: list[str], length: int, config: SamplerConf
     tally = Tally()
     for prompt in prompts:
         finished, steps, seconds = answered(model, prompt, "python", length, config)
-        tally.add(prompt, finished.code, finished.forward, finished.tokens, seconds, sum(step.rows for step in steps))
+        rows, edits = sum(step.rows for step in steps), steps[-1].edits if steps else 0
+        tally.add(prompt, finished.code, finished.forward, finished.tokens, seconds, rows, edits)
     return tally.summary()
 
 

@@ -63,10 +63,15 @@ class Tally:
     seconds: float = 0.0  # sampling time
     real_code: int = 0
     key_words: int = 0
+    edits: int = 0  # tokens token editing rewrote (SamplerConfig.edit_threshold)
 
-    def add(self, prompt: str, code: str, forward: int, tokens: int, seconds: float, rows: int | None = None) -> None:
-        """One answer: `code` for `prompt`, written in `forward` passes feeding `rows` canvases."""
+    def add(
+        self, prompt: str, code: str, forward: int, tokens: int, seconds: float, rows: int | None = None, edits: int = 0
+    ) -> None:
+        """One answer: `code` for `prompt`, written in `forward` passes feeding `rows` canvases,
+        `edits` of its tokens rewritten."""
         self.prompts += 1
+        self.edits += edits
         self.forward_passes += forward
         self.rows += forward if rows is None else rows
         self.tokens += tokens
@@ -87,4 +92,5 @@ class Tally:
             "wall_seconds": self.seconds,
             "real_code_rate": self.real_code / n,
             "key_words_rate": self.key_words / n,
+            "edits": self.edits,
         }

@@ -166,6 +166,7 @@ ANSWER_COLUMNS = (
     ("wall_seconds", "wall s", "{:.1f}"),
     ("real_code_rate", "real code", "{:.0%}"),
     ("key_words_rate", "key words", "{:.0%}"),
+    ("edits", "edits", "{:.0f}"),
 )
 
 

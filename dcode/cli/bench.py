@@ -7,7 +7,7 @@ terminal. The settings, metrics and suites are dcode.bench's, shared with the sc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,7 @@ from dcode.cli.loading import load_model
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Local, Resolved
 from dcode.cli.stdio import show_progress
+from dcode.config import described
 from dcode.options import QUALITY, SPEED
 
 if TYPE_CHECKING:
@@ -105,6 +106,30 @@ def settings_command() -> None:
         typer.echo(f"{setting.name:<34}{setting.role:<10}{describe(setting)}")
     for prefix, rule, field, _ in PARAMETRIC:
         typer.echo(f"{prefix + '<' + field + '>':<34}{'fast':<10}rule={rule}, {field}=<{field}>")
+    typer.echo("\n--effort by family, over a checkpoint's own defaults (dcode-tiny's: `dcode models --verbose`);")
+    typer.echo("a sampler option the user sets wins:")
+    for family, level, settings in effort_table():
+        typer.echo(f"{family:<18}{level:<8}{described(settings) if settings is not None else OWN_DECODING}")
+
+
+OWN_DECODING = "the checkpoint's own decoding (its generation_config.json) at every level"
+
+
+def effort_table() -> list[tuple[str, str, Mapping[str, object] | None]]:
+    """(family, level, settings) of every family's named decodings (FamilyFacts.efforts), and of the
+    releases its name tells apart (LLaDA2.1: family "llada2 (llada2.1)")."""
+    from dcode.models.facts import decodings
+    from dcode.models.families import FAMILIES
+
+    rows: list[tuple[str, str, Mapping[str, object] | None]] = []
+    for family in FAMILIES.values():
+        spec = family.facts
+        if spec is None:  # a family that states its facts from the files (DiffusionGemma): one decoding
+            rows.append((family.name, "all", None))
+            continue
+        for label, word in [(family.name, ""), *((f"{family.name} ({w})", w) for w, _ in spec.named_efforts)]:
+            rows += [(label, level, settings) for level, settings in decodings(spec, spec.defaults, word).items()]
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

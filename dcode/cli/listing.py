@@ -13,6 +13,7 @@ import typer
 from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, app, fail
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Resolved
+from dcode.config import EFFORTS, described
 from dcode.options import LIST, LIST_JSON, PULL
 
 # What `dcode models pull` fetches: weights as safetensors, configs, tokenizer files, chat templates.
@@ -75,6 +76,7 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "max_length": facts.max_length,
         "vocab_size": facts.vocab_size,
         "cpu_dtype": cpu_dtype(),  # what --dtype auto runs it in on this machine's CPU (bfloat16 on CUDA)
+        "efforts": {level: dict(facts.decoding(level)) for level in EFFORTS},  # what --effort runs
     }
 
 
@@ -87,8 +89,8 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
         assert isinstance(token, dict)
         return f"{token['token'] or '?'} ({token['id']})"
 
-    ends = facts["end"]
-    assert isinstance(ends, list)
+    ends, efforts = facts["end"], facts["efforts"]
+    assert isinstance(ends, list) and isinstance(efforts, dict)
     mask = "none: uniform noise" if facts["mask"] is None else show(facts["mask"])
     full = "causal, filled tokens first" if facts.get("attention") == "filled-first" else "full attention"
     block = facts["block"] or f"none ({full})"
@@ -99,6 +101,7 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
         f"  pad: {show(facts['pad'])}   mask: {mask}",
         f"  logits shifted: {'yes' if facts['shifted'] else 'no'}   block: {block}   max length: {facts['max_length']}",
         f"  runs in: {facts['cpu_dtype']} on this CPU, bfloat16 on CUDA (--dtype auto)",
+        *(f"  --effort {level}: {described(settings)}" for level, settings in efforts.items()),
     ]
 
 

@@ -45,11 +45,14 @@ def load_model(spec: str | None, device: str, dtype: str = "auto") -> Denoiser:
         fail(f"cannot load model {spec or 'dcode-tiny'}: {error}", RUNTIME)
 
 
-def with_family_defaults(config: SamplerConfig, denoiser: Denoiser, explicit: Set[str]) -> SamplerConfig:
-    """`config` with the model family's recommended settings for every option the user left unset;
-    without `--strategy`, a rule's own option set alone picks that rule."""
+def with_family_defaults(
+    config: SamplerConfig, denoiser: Denoiser, explicit: Set[str], effort: str | None = None
+) -> SamplerConfig:
+    """`config` with the model family's settings at `effort` (None: medium, its recommended ones)
+    for every option the user left unset; without `--strategy`, a rule's own option set alone
+    picks that rule."""
     try:
-        config = merge_family_defaults(config, set(explicit), denoiser.facts.defaults)
+        config = merge_family_defaults(config, set(explicit), denoiser.facts.decoding(effort))
     except ValueError as error:
         fail(f"{denoiser.facts.name}: {error}", USAGE)
     if config.rule == "verify" and denoiser.facts.noise != "mask":

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import typer
 
-from dcode.config import SamplerConfig
+from dcode.config import EFFORTS, SamplerConfig
 from dcode.options import SAMPLER, STANDARD, Option, fields_set_by, sampler_settings
 
 T = TypeVar("T", covariant=True)  # a Resolved[Selection] is a Resolved[object]
@@ -47,6 +47,7 @@ class Local:
     dtype: str  # auto, bfloat16, float16, float32
     sampler: SamplerConfig
     explicit: frozenset[str]  # SamplerConfig fields the user set: the family's defaults fill the others
+    effort: str | None = None  # --effort: which of the family's decodings fills them (None: medium)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Remote:
     standard: Mapping[str, Any]  # OpenAI's request fields (temperature, top_p, seed)
     sent: frozenset[str]  # of those, the ones the user set: a request carries only these (and temperature)
     served: Mapping[str, Any]  # the other sampler settings the user set, by field: a dcode server runs them
+    effort: str | None = None  # --effort, sent as OpenAI's reasoning_effort (Mercury's name for it)
 
 
 @dataclass(frozen=True)
@@ -144,14 +146,19 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
     except ValueError as error:
         raise OptionError(str(error)) from None
     explicit = frozenset(fields_set_by(given))
-    fills: Local | Remote = Local(value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit)
+    effort = value("effort")
+    if effort is not None and effort not in EFFORTS:
+        raise OptionError(f"{flags['effort']} must be one of {', '.join(EFFORTS)}, not {effort!r}")
+    fills: Local | Remote = Local(
+        value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit, effort
+    )  # fmt: skip
     if value("endpoint"):
         standard = {o.field or o.name: getattr(config, o.field or o.name) for o in SAMPLER if o.name in STANDARD}
         served = {o.field: values[o.name] for o in SAMPLER if o.field in explicit and o.name not in STANDARD}
         fills = Remote(
             value("endpoint"), value("model") or None, value("endpoint_key"), value("stream_mode", "auto"),
             value("timeout", 60.0), config, MappingProxyType(standard), frozenset(standard) & explicit,
-            MappingProxyType(served),
+            MappingProxyType(served), effort,
         )  # fmt: skip
     recorded = {n: values[n] for n in sorted(given) if n in table and table[n].recorded and _scalar(values[n])}
     return Resolved(

@@ -88,7 +88,7 @@ def model_filler(local: Local) -> Filler:
     from dcode.localfill import LocalFiller
 
     denoiser = load_model(local.model, local.device, local.dtype)
-    return LocalFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit))
+    return LocalFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit, local.effort))
 
 
 def endpoint_filler(remote: Remote, named: Callable[[str], str]) -> EndpointFiller:
@@ -115,5 +115,5 @@ def endpoint_filler(remote: Remote, named: Callable[[str], str]) -> EndpointFill
         fail(endpoint.redact(str(error)), USAGE if error.kind == "usage" else RUNTIME)
     except KeyboardInterrupt as error:
         interrupted(error)
-    sampling = Sampling(0, **remote.standard, sent=remote.sent)  # max_tokens: per request
+    sampling = Sampling(0, **remote.standard, sent=remote.sent, effort=remote.effort)  # max_tokens: per request
     return EndpointFiller(endpoint, sampling, remote.stream_mode, dict(remote.served))  # type: ignore[arg-type]

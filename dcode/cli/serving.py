@@ -22,6 +22,7 @@ from dcode.cli.app import RUNTIME, USAGE, app, fail
 from dcode.cli.loading import load_model, with_family_defaults
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Local, Resolved
+from dcode.config import EFFORTS
 from dcode.options import CPU_BUSY_DRAFT, SERVE
 
 LOCAL_HOSTS = ("127.0.0.1", "::1", "localhost")
@@ -99,7 +100,9 @@ def serve(run: Resolved[Serving]) -> None:
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
     denoiser = load_model(local.model, local.device, local.dtype)
-    config = with_family_defaults(local.sampler, denoiser, local.explicit)
+    config = with_family_defaults(local.sampler, denoiser, local.explicit, local.effort)
+    # a request's reasoning_effort: the family's decoding at that level under the options the server was given
+    efforts = {e: with_family_defaults(local.sampler, denoiser, local.explicit, e) for e in EFFORTS}
     busy_draft, on_cpu = served.busy_draft, denoiser.device.type == "cpu"
     engine = Engine(
         denoiser,
@@ -116,6 +119,7 @@ def serve(run: Resolved[Serving]) -> None:
         # a drafted row is nearly free, so the draft stays (not measured on a GPU).
         batch=served.batching if served.batching is not None else True,
         busy_draft=busy_draft if busy_draft is not None else (CPU_BUSY_DRAFT if on_cpu else None),
+        efforts=efforts,
     )
     port = sock.getsockname()[1]
     typer.echo(f"dcode: serving {engine.served} on http://{served.host}:{port}/v1 (Ctrl-C stops)", err=True)

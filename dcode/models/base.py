@@ -52,6 +52,14 @@ class ModelFacts:
     # Keyword arguments the chat template is rendered with, as the authors render it (Tiny-A2D:
     # {"enable_thinking": False}); dcode.models.chat.render applies them. Not hashed: a dict.
     chat_options: Mapping[str, object] = field(default_factory=dict, hash=False)
+    # The family's decodings by effort level (dcode.config.EFFORTS: "low", "medium", "high"), each
+    # whole settings like `defaults` (medium is `defaults`); a level missing here is `defaults`.
+    efforts: Mapping[str, Mapping[str, object]] = field(default_factory=dict, hash=False)
+
+    def decoding(self, effort: str | None) -> Mapping[str, object]:
+        """The family's settings at an effort level (None: medium, its defaults).
+        Example: LLaDA2.1's decoding("low") -> {..., "threshold": 0.5, "edit_threshold": 0.0}."""
+        return self.efforts.get(effort, self.defaults) if effort else self.defaults
 
 
 class Cache(Protocol):

@@ -15,10 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dcode.config import EFFORTS
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_optional_json
 
 QWEN_TURN = ("<|im_end|>", "<|endoftext|>")  # a Qwen chat answer ends its turn, then pads
+# Effort levels many families share (FamilyFacts.efforts). One token per pass, most certain first:
+# the decoding most authors' published scores used (LLaDA's EVAL.md: steps = gen_length).
+ONE_TOKEN_PER_PASS: Mapping[str, object] = {"rule": "schedule", "steps": None}
+# Threshold 0.7: dcode measured it acceptable on dcode-tiny only (docs/dcode-tiny.md: 2.56 tokens per
+# pass against one, 64% real code against 76%); no larger model has been measured here.
+THRESHOLD_LOW: Mapping[str, object] = {"rule": "threshold", "threshold": 0.7}
 
 
 def first_id(*candidates: object) -> int | None:
@@ -67,6 +74,13 @@ class FamilyFacts:
     block: int | None = None  # the attention block when config.json names none (LLaDA2: its sampler's)
     # keyword arguments the authors render the chat template with (Tiny-A2D: enable_thinking=False)
     chat_options: Mapping[str, object] = field(default_factory=dict)
+    # The decodings by effort level (dcode.config.Effort), each over `defaults`: "high" the decoding
+    # the authors' published scores used, "low" the fastest dcode measured acceptable; "medium" is
+    # `defaults` unless given. Each family module states its own, sources beside them.
+    efforts: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    # (word in the checkpoint's name, decodings by level over the above) for a release whose files
+    # do not tell it from its family's others (LLaDA2.1's token editing beside LLaDA2.0).
+    named_efforts: tuple[tuple[str, Mapping[str, Mapping[str, object]]], ...] = ()
 
 
 # Dream-style generation_config `alg` (Dream's and CoDA's generation_utils.py) -> dcode's ordering.
@@ -78,6 +92,17 @@ def alg_defaults(spec: FamilyFacts, generation: Mapping[str, Any]) -> dict[str, 
     """The family's defaults, with the ordering generation_config.json's `alg` names where dcode has it."""
     ordering = ALG_ORDERINGS.get(str(generation.get("alg"))) if spec.reads_alg else None
     return {**spec.defaults, **({"ordering": ordering} if ordering else {})}
+
+
+def decodings(spec: FamilyFacts, defaults: Mapping[str, object], label: str) -> dict[str, dict[str, object]]:
+    """The settings at each effort level: the family's `defaults` (the checkpoint's own folded in)
+    with the level's changes, then those of the first `named_efforts` word in `label` (a name).
+    Example: LLaDA2.1-mini -> {"low": {... "threshold": 0.5}, "medium": {...}, "high": {...}}."""
+    levels = {level: {**defaults, **spec.efforts.get(level, {})} for level in EFFORTS}
+    for word, changes in spec.named_efforts:
+        if word in label.lower():
+            return {level: {**settings, **changes.get(level, {})} for level, settings in levels.items()}
+    return levels
 
 
 def positive(config: Mapping[str, Any], keys: Iterable[str]) -> int | None:
@@ -138,6 +163,8 @@ def state(
         raise ModelError(f"{folder}: mask token id {mask_id} is outside the vocabulary of {vocab_size}")
     shifted = spec.shifted if spec.shifted is not None else bool(config.get("shifted_logits", True))
     block = positive(config, spec.block_keys) or (named_block(spec, folder, name) if spec.named_blocks else spec.block)
+    defaults = {**alg_defaults(spec, generation), **(config.get("dcode_defaults") or {})}
+    efforts = decodings(spec, defaults, f"{name} {folder.resolve().name}")
     return ModelFacts(
         name=name,
         family=family,
@@ -151,7 +178,8 @@ def state(
         max_length=positive(config, spec.length_keys) or spec.default_length,
         vocab_size=vocab_size,
         prompt=str(config.get("dcode_prompt") or "new"),
-        defaults={**alg_defaults(spec, generation), **(config.get("dcode_defaults") or {})},
+        defaults=efforts["medium"],
+        efforts=efforts,
         chat_options=dict(spec.chat_options),
     )
 

@@ -34,6 +34,9 @@ UNKNOWN_FIELDS = (400, 422)
 # try and of later requests.
 SAMPLING_FIELDS = frozenset({"temperature", "top_p", "seed"})
 ALWAYS_SENT = frozenset({"temperature"})
+# What a request may go on without when a server refuses it by name: the sampling fields and
+# --effort's reasoning_effort (Mercury's, dcode serve's; a strict server knows neither).
+DROPPABLE = SAMPLING_FIELDS | {"reasoning_effort"}
 INCEPTION_CHAT_MODEL = "mercury-2"
 SYSTEM_NEW = "You write {language} code. Reply with the code only: one whole file, no explanations, no Markdown fences."
 SYSTEM_FILL = (
@@ -59,11 +62,13 @@ class Sampling:
     top_p: float = 1.0
     seed: int = 0
     sent: frozenset[str] = SAMPLING_FIELDS
+    effort: str | None = None  # --effort, as OpenAI's reasoning_effort (Mercury's, and dcode serve's)
 
     def fields(self) -> dict[str, Any]:
         chosen = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         sent = self.sent | ALWAYS_SENT
-        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in sent}}
+        effort = {"reasoning_effort": self.effort} if self.effort else {}
+        return {"max_tokens": self.max_tokens, **{k: v for k, v in chosen.items() if k in sent}, **effort}
 
 
 def model_of(endpoint: Endpoint) -> str:
@@ -107,13 +112,13 @@ def answer(
     empty_ok: bool = False,
 ) -> Iterator[Drawn | Answer]:
     """Stream one request, read as streams.read reads it; a malformed stream is a RemoteError.
-    Sampling fields the endpoint refused before are left out; a 400 or 422 naming one (before
+    Sampling fields (and reasoning_effort) the endpoint refused before are left out; a 400 or 422 naming one (before
     any chunk) is said on stderr and the request sent once more without it."""
     body = {k: v for k, v in body.items() if k not in endpoint.refused}
     try:
         yield from read(endpoint, path, body, mode, language, diffusing, empty_ok)
     except RemoteError as error:
-        blamed = SAMPLING_FIELDS.intersection(error.named) & body.keys() if error.status in UNKNOWN_FIELDS else set()
+        blamed = DROPPABLE.intersection(error.named) & body.keys() if error.status in UNKNOWN_FIELDS else set()
         if not blamed:
             raise
         endpoint.refused.update(blamed)

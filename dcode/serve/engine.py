@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -62,8 +62,10 @@ class Engine:
         max_queue: int = 64,
         batch: bool = True,
         busy_draft: int | None = None,
+        efforts: Mapping[str, SamplerConfig] | None = None,
     ) -> None:
         self.model, self.config, self.length = model, config, length
+        self.efforts = dict(efforts or {})  # a request's reasoning_effort -> the settings it runs over
         self.busy_draft = busy_draft  # the verify rule's --draft while other requests run (None: unchanged)
         self.repair_rounds, self.repair_tries = repair_rounds, repair_tries
         self.batcher = BatchingDenoiser(model, batch=batch)
@@ -86,7 +88,8 @@ class Engine:
     def settings(self, job: Job) -> SamplerConfig:
         """The request's sampler options over the server's settings (settings.merged)."""
         try:
-            config = merged(self.config, job.options)
+            base = self.efforts.get(job.effort, self.config) if job.effort else self.config
+            config = merged(base, job.options)
         except ValueError as error:
             raise BadRequest(f"bad sampler settings: {error}", "dcode") from None
         if config.rule == "verify" and self.model.facts.noise != "mask":

@@ -1,7 +1,7 @@
 """A request body -> a Job, or a BadRequest with the status, message and parameter to blame.
 
 Owns what `dcode serve` accepts: the OpenAI fields (model, messages, prompt, suffix, max_tokens or
-max_completion_tokens, temperature, top_p, seed, stop, stream, stream_options, n; temperature,
+max_completion_tokens, temperature, top_p, seed, reasoning_effort, stop, stream, stream_options, n; temperature,
 top_p and the penalties within OpenAI's ranges), the serving world's `ignore_eos` and `min_tokens`
 (vLLM, SGLang, llama.cpp), and dcode's (`diffusing`, and a `dcode` object with `repair`,
 `language` and sampler options by name), their
@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dcode.config import EFFORTS
 from dcode.serve.settings import BY_KEY, SettingError, checked, json_type, read_options
 from dcode.serve.wire import Kind
 
@@ -73,6 +74,7 @@ class Job:
     language: str = "python"
     stop: tuple[str, ...] = ()
     messages: tuple[tuple[str, str], ...] = ()  # chat: the whole conversation, (role, text) with ROLES' roles
+    effort: str | None = None  # reasoning_effort (OpenAI's, Mercury's): the family's decoding at that level
 
 
 def reject_constant(name: str) -> Any:
@@ -207,6 +209,15 @@ def sampling(body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest(str(error), error.param) from None
 
 
+def effort_of(body: dict[str, Any]) -> str | None:
+    """`reasoning_effort`: one of dcode.config.EFFORTS (low, medium, high) or absent; 400 otherwise."""
+    effort = _typed(body, "reasoning_effort", (str,), "a string")
+    if effort is not None and effort not in EFFORTS:
+        choices = ", ".join(EFFORTS)
+        raise BadRequest(f"'reasoning_effort' must be one of {choices}, got {effort!r}", "reasoning_effort")
+    return effort
+
+
 def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
     """The Job a request body asks for; BadRequest (400, or 404 for another model) otherwise."""
     model = _typed(body, "model", (str,), "a string")
@@ -241,4 +252,5 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         language=language,
         stop=stops(body),
         messages=messages,
+        effort=effort_of(body),
     )

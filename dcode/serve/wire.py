@@ -137,6 +137,7 @@ def frame_json(frame: Frame) -> dict[str, Any]:
         "pieces": list(frame.pieces),
         "committed": sorted(frame.committed),
         "remasked": sorted(frame.remasked),
+        "edited": sorted(frame.edited),
         "forward": frame.forward,
         "masked": frame.masked,
         "filled": frame.filled,
@@ -164,6 +165,7 @@ def frame_from_json(data: Mapping[str, Any]) -> Frame:
         language=str(data.get("language", "python")),
         settled=bool(data.get("settled", False)),
         repair_round=int(data.get("repair_round", 0)),
+        edited=frozenset(int(i) for i in data.get("edited", ())),
     )
 
 

@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -56,6 +56,9 @@ FACTS = FamilyFacts(
     # Qwen3 template writes an empty <think>\n\n</think>\n\n block after the assistant header (the
     # Qwen3-0.6B cards recommend it; the published scores were measured so). Qwen2.5's ignores it.
     chat_options={"enable_thinking": False},
+    # high: the published scores' decoding (dllm's A2D evaluation: one token per pass, greedy,
+    # blocks of 32); low: THRESHOLD_LOW (not measured on this model).
+    efforts={"high": {**ONE_TOKEN_PER_PASS, "block": 32}, "low": THRESHOLD_LOW},
 )
 # examples/a2d/{bd3lm,mdlm}/eval.sh: one token per pass (steps = max_new_tokens = 256), greedy.
 BD3LM_SCORED = "greedy, one token per pass, 256 tokens, blocks of 32 (dllm eval.sh)"

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ FACTS = FamilyFacts(
     defaults={"ordering": "entropy", "temperature": 0.0, "block": 32},
     default_length=40960,
     reads_alg=True,
+    # high: one token per pass in its blocks of 32 (the README's serving settings name no step
+    # count, so the decoding every parallel rule approximates); low: THRESHOLD_LOW (not measured here).
+    efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("coda-1.7b", "Salesforce/CoDA-v0-Instruct", "coda", 1.7, 6.9, "CC-BY-NC-4.0 (non-commercial)", 54.3, 47.2,

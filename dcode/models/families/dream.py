@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ FACTS = FamilyFacts(
     end_tokens=(*QWEN_TURN, "<|dlm_pad|>"),  # <|dlm_pad|>: DiffuCoder's pad, where its reference inference cuts
     # Dream-Coder's published settings (HumanEval 82.9): entropy ordering, temperature 0.1, top_p 0.95.
     defaults={"ordering": "entropy", "temperature": 0.1, "top_p": 0.95},
+    # high: as above with one token per pass (Dream's README generates with steps = max_new_tokens);
+    # low: THRESHOLD_LOW (not measured on this model).
+    efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("dream-coder-7b", "Dream-org/Dream-Coder-v0-Instruct-7B",

@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -34,8 +34,14 @@ if TYPE_CHECKING:
     from dcode.testing.kit import Size
 
 # Threshold 0.9 decoding in 32-token blocks (the CLI's default rule); bd_size in config.json.
+# high: that decoding (its generate()'s threshold 0.9); low: THRESHOLD_LOW (not measured on this model).
 FACTS = FamilyFacts(
-    shifted=True, block_keys=("bd_size",), mask_token="|<MASK>|", end_tokens=QWEN_TURN, default_length=32768
+    shifted=True,
+    block_keys=("bd_size",),
+    mask_token="|<MASK>|",
+    end_tokens=QWEN_TURN,
+    default_length=32768,
+    efforts={"high": {"rule": "threshold", "threshold": 0.9}, "low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("fast-dllm-v2-1.5b", "Efficient-Large-Model/Fast_dLLM_v2_1.5B", "fast_dllm_v2", 1.54, 3.1, "Apache-2.0",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from dcode.models.base import ModelError
 from dcode.models.checkpoint import need, read_headers
-from dcode.models.facts import FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ FACTS = FamilyFacts(
     length_keys=("max_sequence_length",),
     default_length=4096,
     mask_id=5,  # iLLaDA's (README: "By setting mask_id=5, iLLaDA can directly reuse" generate.py)
+    # high: ML-GSAI/LLaDA EVAL.md's decoding (steps = gen_length: one token per pass, blocks of 32);
+    # low: THRESHOLD_LOW (not measured on this model).
+    efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("llada-8b", "GSAI-ML/LLaDA-8B-Instruct", "llada", 8.0, 16.0, "MIT", 49.4, 41.0, "",

@@ -8,7 +8,7 @@ dllm/pipelines/llada2/models (configuration_llada2_moe.py, modeling_llada2_moe.p
 names), its sampler.py (threshold 0.95, blocks of 32) and dllm/utils/models.py get_tokenizer;
 dllm/pipelines/llada21 (added in 62ebe4f3, "Add LLaDA2/LLaDA2.1 inference pipelines"): the same
 model under LLaDA2's class names, and LLaDA21SamplerConfig / LLaDA2MoeModelLM.generate with token
-editing (see LLADA21_EDITING). inclusionAI/LLaDA2.X at a798329: README (LLaDA2.0-mini and
+editing (named_efforts below). inclusionAI/LLaDA2.X at a798329: README (LLaDA2.0-mini and
 LLaDA2.1-mini "Instruction-tuned", 16B mixture of experts; Apache 2.0). LLaDA2.1-mini's Hub page
 tags it llada2_moe (the format this module loads) and cites arXiv 2602.08676. Scores: the
 HumanEval 86.6 this catalogue once gave LLaDA2.0-mini was found in no authors' text read here
@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import FamilyFacts
+from dcode.models.facts import THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from dcode.models.families._llada2_moe import LLaDA2Denoiser
     from dcode.testing.kit import Size
 
+LLADA21_Q_MODE = {"rule": "threshold", "threshold": 0.7, "edit_threshold": 0.5, "edit_passes": 16}
 # Block-causal in blocks of 32 from position 0, logits not shifted, <|mask|> (156895) added as the
 # mask and <|role_end|> as end of turn; greedy, threshold 0.95 (sampler.py).
 FACTS = FamilyFacts(
@@ -40,14 +41,27 @@ FACTS = FamilyFacts(
     default_length=32768,
     mask_id=156895,
     block=32,
+    # LLaDA2.0: high and medium its generate()'s threshold 0.95; low: THRESHOLD_LOW (not measured here).
+    efforts={"low": THRESHOLD_LOW},
+    # LLaDA2.1 (its name says so: its files are LLaDA2.0's): token editing on, as its authors run it.
+    # The rule and generate()'s defaults (threshold 0.95, editing_threshold 0.9, max_post_steps 16):
+    # ZHZisZZ/dllm dllm/pipelines/llada21 (ca176752, 2026-04-14), which mirrors the model repo's
+    # modeling_llada2_moe.py. Its two published modes (diffusers docs/source/en/api/pipelines/llada2.md,
+    # "Recommended parameters"; arXiv 2602.08676): Q Mode, whose scores the model card reports
+    # beside S Mode's, threshold 0.7 and editing 0.5, dcode's medium and high; S Mode threshold
+    # 0.5 with editing (the paper: "relying on T2T to refine the output") at SGLang's JointThreshold
+    # defaults (threshold 0.5, edit_threshold 0: any change its argmax makes), dcode's low.
+    named_efforts=(
+        (
+            "llada2.1",
+            {
+                "medium": LLADA21_Q_MODE,
+                "high": LLADA21_Q_MODE,
+                "low": {"rule": "threshold", "threshold": 0.5, "edit_threshold": 0.0, "edit_passes": 16},
+            },
+        ),
+    ),
 )
-# LLaDA2.1 decodes with token editing (its authors' defaults, dllm llada21/sampler.py
-# LLaDA21SamplerConfig and modeling_llada21_moe.py generate(): threshold 0.95, editing_threshold
-# 0.9 (a committed token is replaced where the model's confidence in another exceeds it),
-# max_post_steps 16, blocks of 32, greedy). dcode's token-editing commit rule is another change's
-# (the sampler's); until it lands, LLaDA2.1-mini runs LLaDA2.0's decoding below, without editing.
-# Only the checkpoint's name tells 2.1 from 2.0 on disk.
-LLADA21_EDITING = {"threshold": 0.95, "editing_threshold": 0.9, "max_post_steps": 16}
 CATALOGUE = (
     Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", None, None,
           "mixture of experts, 1.4B active"),

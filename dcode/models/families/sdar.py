@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ FACTS = FamilyFacts(
     mask_token="<|MASK|>",
     end_tokens=QWEN_TURN,
     default_length=32768,
+    efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
 SCORED = "greedy, blocks of 4, 4 passes per block (SDAR README)"
 CATALOGUE = (

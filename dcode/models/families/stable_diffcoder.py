@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import FamilyFacts
+from dcode.models.facts import THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ FACTS = FamilyFacts(
     default_length=8192,
     mask_id=5,
     block=4,
+    # high and medium: that decoding, the one its scores used; low: THRESHOLD_LOW (not measured on this model).
+    efforts={"low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("stable-diffcoder-8b", "ByteDance-Seed/Stable-DiffCoder-8B-Instruct", "stable_diffcoder", 8.25, 16.5, "MIT",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.facts import QWEN_TURN, FamilyFacts
+from dcode.models.facts import QWEN_TURN, THRESHOLD_LOW, FamilyFacts
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ FACTS = FamilyFacts(
     default_length=32768,
     mask_id=151665,
     attention="filled-first",
+    # high and medium: the engine's window of 16, greedy (example.py); low: THRESHOLD_LOW (not measured here).
+    efforts={"low": THRESHOLD_LOW},
 )
 CATALOGUE = (
     Entry("wedlm-8b", "tencent/WeDLM-8B-Instruct", "wedlm", 8.2, 16.4, "Apache-2.0", 80.5, None,
