@@ -1,0 +1,194 @@
+"""Weights quantised while they load: the linear layers in int8 or int4, through torchao.
+
+Owns: the kinds --quantize takes, which checkpoint weights are quantised and what each takes in
+memory (torch-free: `dcode models available` / `pull` and the loaders share `quantized` and
+`WEIGHT_BYTES`), torchao's configuration per kind and device, refusing a device or a build without
+the kernel (one line), the kind the loaders read while one load runs (`loading`), and reading a
+checkpoint one weight at a time so that each linear layer is quantised as its weight arrives
+(`stream_weights`: dcode's own torch models; transformers' classes get `transformers_config`, with
+which transformers does the same per weight). Peak memory is then about the quantised model plus
+one layer in the load dtype, never the whole model in it.
+
+Knows nothing about families, sampling or the terminal. torch and torchao are imported inside the
+functions: listing models stays torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from dcode.models.base import ModelError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from dcode.models.checkpoint import Tensor
+
+KINDS = ("auto", "none", "int8", "int4")  # what --quantize takes; auto is none until measured otherwise
+Kind = Literal["none", "int8", "int4"]
+QUANTIZED: tuple[Kind, ...] = ("int8", "int4")
+# int4: weights sharing one scale and zero point (torchao's group_size). 32 measured faster than
+# 128 on the CPU (AVX-512) and closer to bfloat16; docs/models.md has the numbers.
+GROUP = 32
+# Bytes a quantised weight takes: int8 one byte (plus a scale per output row, under 0.1%); int4
+# half a byte plus a bfloat16 scale and zero point per GROUP weights.
+WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "int4": 0.5 + 4 / GROUP}
+DTYPE_BYTES: dict[str, float] = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+_current: contextvars.ContextVar[Kind] = contextvars.ContextVar("dcode_quantize", default="none")
+
+
+def chosen(kind: str) -> Kind:
+    """--quantize's value as the loaders take it: auto is none (measured: docs/models.md)."""
+    if kind not in KINDS:
+        raise ModelError(f"unknown quantisation {kind!r} (choose from {', '.join(KINDS)})")
+    return "none" if kind == "auto" else kind  # type: ignore[return-value]
+
+
+def quantized(name: str, shape: tuple[int, ...]) -> bool:
+    """Whether the loaders quantise a checkpoint weight: a linear layer's (out, in) weight whose
+    input width is a multiple of GROUP. Embeddings (rows looked up, not multiplied) keep the
+    dtype, and so does an output head tied to them. Example: ("model.layers.0.mlp.up_proj.weight",
+    (704, 256)) -> True; ("model.embed_tokens.weight", (8192, 256)) -> False."""
+    embedding = any(word in name for word in ("embed", "wte"))
+    return len(shape) == 2 and name.endswith(".weight") and not embedding and shape[1] % GROUP == 0
+
+
+def weight_bytes(tensors: Mapping[str, Tensor], dtype: str, kind: str) -> int:
+    """Bytes a checkpoint's weights take once loaded in `dtype` with `kind`, from its headers."""
+    per = DTYPE_BYTES.get(dtype, 2)
+    total = 0.0
+    for name, tensor in tensors.items():
+        quantise = kind in WEIGHT_BYTES and quantized(name, tensor.shape)
+        total += tensor.count * (WEIGHT_BYTES[kind] if quantise else per)
+    return int(total)
+
+
+def bytes_per_parameter(dtype: str, kind: str) -> float:
+    """Bytes per parameter of a model whose parameters are all in linear layers (the catalogue's
+    estimate, knowing the count alone; embeddings kept in the dtype add a few percent)."""
+    return WEIGHT_BYTES[kind] if kind in WEIGHT_BYTES else DTYPE_BYTES[dtype]
+
+
+@contextlib.contextmanager
+def loading(kind: str) -> Iterator[Kind]:
+    """The kind the loaders (native.load_checked, decoder.load_weights) quantise with while this
+    block runs; family loaders pass no argument for it."""
+    token = _current.set(chosen(kind))
+    try:
+        yield _current.get()
+    finally:
+        _current.reset(token)
+
+
+def current() -> Kind:
+    """The kind of the load now running (none outside `loading`)."""
+    return _current.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# torchao
+
+
+def torchao_config(kind: Kind, device: torch.device) -> Any:
+    """torchao's configuration for `kind` on `device`, or a one-line ModelError saying what is
+    missing and what works instead. int8: weight-only, one scale per output row (torchao's
+    Int8WeightOnlyConfig). int4: weight-only, groups of GROUP; on a CPU the tinygemm CPU kernel
+    (torchao's Int4OpaqueTensor), on CUDA the tinygemm CUDA kernel (tile_packed_to_4d)."""
+    import torch
+
+    if device.type not in ("cpu", "cuda"):
+        raise ModelError(f"--quantize {kind} runs on cpu or cuda, not {device.type} (use --quantize none there)")
+    torchao = import_torchao(kind)
+    from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+
+    if kind == "int8":
+        return Int8WeightOnlyConfig()
+    if device.type == "cuda":
+        return Int4WeightOnlyConfig(group_size=GROUP, int4_packing_format="tile_packed_to_4d")
+    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        raise ModelError(f"--quantize int4: this torch build lacks the int4 CPU kernel (torchao {torchao}); use int8")
+    from torchao.prototype.quantization.int4.inference_workflow import PrototypeInt4WeightOnlyConfig
+
+    return PrototypeInt4WeightOnlyConfig(group_size=GROUP)
+
+
+def import_torchao(kind: str) -> str:
+    """Import torchao quietly (it logs a warning per GPU-only extension it cannot load on a CPU
+    machine); its version, or a one-line ModelError when it is not installed."""
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    try:
+        import torchao
+    except ImportError:
+        raise ModelError(
+            f"--quantize {kind} needs torchao: pip install 'dcode[quantize]' (or run with --quantize none)"
+        ) from None
+    return str(torchao.__version__)
+
+
+def transformers_config(kind: Kind, device: torch.device) -> Any:
+    """transformers' TorchAoConfig for `kind`: every linear layer quantised as its weight is read,
+    the output head too (modules_to_not_convert=[]: transformers would keep it otherwise)."""
+    from transformers import TorchAoConfig
+
+    return TorchAoConfig(torchao_config(kind, device), modules_to_not_convert=[])
+
+
+def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
+    """One linear layer's weight replaced by its quantised form, in place."""
+    from torchao.quantization import quantize_
+
+    try:
+        quantize_(module, config)
+    except (RuntimeError, ValueError, AssertionError) as error:
+        raise ModelError(f"cannot quantise {name}: {' '.join(str(error).split())[:200]}") from None
+
+
+def stream_weights(
+    model: nn.Module, folder: Path, keys: set[str], device: torch.device, dtype: torch.dtype, kind: Kind
+) -> None:
+    """The checkpoint's weights named `keys` (checkpoint names = `model`'s, built on the meta
+    device) read one at a time from its safetensors shards, cast to `dtype` on `device`, each
+    linear layer quantised as its weight arrives (`quantized`)."""
+    from safetensors import safe_open
+    from torch import nn
+
+    from dcode.models.checkpoint import weight_files
+
+    config = torchao_config(kind, device) if kind != "none" else None
+    for path in weight_files(folder):
+        try:
+            with safe_open(str(path), framework="pt", device=str(device)) as f:
+                names = [k for k in f.keys() if k in keys]  # noqa: SIM118 (safe_open is not a dict)
+                for key in names:
+                    owner, _, leaf = key.rpartition(".")
+                    module = model.get_submodule(owner)
+                    tensor = f.get_tensor(key).to(dtype)
+                    if leaf in module._parameters:
+                        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+                    else:
+                        module._buffers[leaf] = tensor
+                    if config is not None and isinstance(module, nn.Linear) and quantized(key, tuple(tensor.shape)):
+                        quantize_layer(module, config, key)
+        except (OSError, ValueError) as error:
+            raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+
+
+def describe(model: Any) -> str:
+    """Which quantisation a loaded denoiser runs ("none", "int8", "int4"): set on its torch module by
+    the loaders (`mark`); "none" for anything else (a test fake, a served model)."""
+    return str(getattr(getattr(model, "model", None), "dcode_quantize", "none"))
+
+
+def mark(module: nn.Module, kind: Kind) -> None:
+    """Record on a loaded network which quantisation ran; a kind that quantised no layer is an error."""
+    layers = sum(type(m.weight).__module__.startswith("torchao") for m in module.modules() if hasattr(m, "weight"))
+    if kind != "none" and layers == 0:
+        raise ModelError(f"--quantize {kind}: this model has no linear layer it can quantise; use --quantize none")
+    module.dcode_quantize = kind  # type: ignore[assignment]
