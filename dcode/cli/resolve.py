@@ -47,6 +47,7 @@ class Local:
     dtype: str  # auto, bfloat16, float16, float32
     sampler: SamplerConfig
     explicit: frozenset[str]  # SamplerConfig fields the user set: the family's defaults fill the others
+    quantize: str = "auto"  # auto, none, int8, int4 (dcode.models.quantize)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,9 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
         problem = out_of_bounds(option, values.get(option.name))
         if problem:
             raise OptionError(f"{flags[option.name]} must be {problem}")
+        if option.choices and option.name in values and values[option.name] not in option.choices:
+            given_value = values[option.name]
+            raise OptionError(f"unknown {flags[option.name]} {given_value!r} (choose from {', '.join(option.choices)})")
 
     def value(name: str, default: Any = None) -> Any:
         return values.get(name, table[name].default if name in table else default)
@@ -144,7 +148,9 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
     except ValueError as error:
         raise OptionError(str(error)) from None
     explicit = frozenset(fields_set_by(given))
-    fills: Local | Remote = Local(value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit)
+    fills: Local | Remote = Local(
+        value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit, value("quantize", "auto")
+    )
     if value("endpoint"):
         standard = {o.field or o.name: getattr(config, o.field or o.name) for o in SAMPLER if o.name in STANDARD}
         served = {o.field: values[o.name] for o in SAMPLER if o.field in explicit and o.name not in STANDARD}

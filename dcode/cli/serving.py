@@ -98,7 +98,7 @@ def serve(run: Resolved[Serving]) -> None:
         from dcode.serve.server import descriptor_room, serve
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
-    denoiser = load_model(local.model, local.device, local.dtype)
+    denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
     config = with_family_defaults(local.sampler, denoiser, local.explicit)
     busy_draft, on_cpu = served.busy_draft, denoiser.device.type == "cpu"
     engine = Engine(

@@ -216,7 +216,9 @@ def load_weights(
     named = original_name or (lambda key: key)
     quiet_transformers()
     kind = quantize.current()  # --quantize: transformers quantises each linear layer as its weight is read
-    extra = {"quantization_config": quantize.transformers_config(kind, device)} if kind != "none" else {}
+    extra = {}
+    if kind != "none":
+        extra["quantization_config"] = quantize.transformers_config(kind, device, read_headers(folder), key_mapping)
     try:
         loaded: Any = model_class.from_pretrained(
             str(folder),
@@ -236,6 +238,8 @@ def load_weights(
         model, info = loaded
     except OSError as error:  # safetensors or transformers failing on a file past the header check
         raise ModelError(f"{folder}: cannot load weights: {one_line(error)}") from None
+    except RuntimeError as error:  # a layer torchao cannot quantise (transformers' conversion report)
+        raise ModelError(f"{folder}: cannot quantise to {kind}: {one_line(error)[:200]}") from None
     problems = [
         *(f"missing {named(k)}" for k in sorted(info["missing_keys"])),
         *(

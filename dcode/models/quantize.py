@@ -53,11 +53,12 @@ def chosen(kind: str) -> Kind:
 
 def quantized(name: str, shape: tuple[int, ...]) -> bool:
     """Whether the loaders quantise a checkpoint weight: a linear layer's (out, in) weight whose
-    input width is a multiple of GROUP. Embeddings (rows looked up, not multiplied) keep the
+    input width is a multiple of GROUP and output width of 16 (int4's kernels pack 16 rows; a
+    router of 4 experts stays as it is). Embeddings (rows looked up, not multiplied) keep the
     dtype, and so does an output head tied to them. Example: ("model.layers.0.mlp.up_proj.weight",
     (704, 256)) -> True; ("model.embed_tokens.weight", (8192, 256)) -> False."""
     embedding = any(word in name for word in ("embed", "wte"))
-    return len(shape) == 2 and name.endswith(".weight") and not embedding and shape[1] % GROUP == 0
+    return len(shape) == 2 and name.endswith(".weight") and not embedding and shape[1] % GROUP == 0 and shape[0] % 16 == 0
 
 
 def weight_bytes(tensors: Mapping[str, Tensor], dtype: str, kind: str) -> int:
@@ -132,12 +133,23 @@ def import_torchao(kind: str) -> str:
     return str(torchao.__version__)
 
 
-def transformers_config(kind: Kind, device: torch.device) -> Any:
-    """transformers' TorchAoConfig for `kind`: every linear layer quantised as its weight is read,
-    the output head too (modules_to_not_convert=[]: transformers would keep it otherwise)."""
+def transformers_config(
+    kind: Kind, device: torch.device, tensors: Mapping[str, Tensor], key_mapping: Mapping[str, str] | None
+) -> Any:
+    """transformers' TorchAoConfig for `kind`: each linear layer whose weight `quantized` takes
+    (checkpoint names, renamed by `key_mapping`) quantised as its weight is read, the output head
+    too (transformers would keep it otherwise)."""
+    import re
+
     from transformers import TorchAoConfig
 
-    return TorchAoConfig(torchao_config(kind, device), modules_to_not_convert=[])
+    kept = []
+    for name, tensor in tensors.items():
+        if len(tensor.shape) == 2 and name.endswith(".weight") and not quantized(name, tensor.shape):
+            for pattern, replacement in (key_mapping or {}).items():
+                name = re.sub(pattern, replacement, name)
+            kept.append(name.removesuffix(".weight"))
+    return TorchAoConfig(torchao_config(kind, device), modules_to_not_convert=kept)
 
 
 def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
