@@ -124,12 +124,18 @@ def import_torchao(kind: str) -> str:
     """Import torchao quietly (it logs a warning per GPU-only extension it cannot load on a CPU
     machine); its version, or a one-line ModelError when it is not installed."""
     logging.getLogger("torchao").setLevel(logging.ERROR)
+    pytree = logging.getLogger("torch.utils._pytree")  # warns about torchao's enums being registered
+    level = pytree.level
+    pytree.setLevel(logging.ERROR)
     try:
         import torchao
+        import torchao.quantization  # noqa: F401 (registers the enums while the warning is off)
     except ImportError:
         raise ModelError(
             f"--quantize {kind} needs torchao: pip install 'dcode[quantize]' (or run with --quantize none)"
         ) from None
+    finally:
+        pytree.setLevel(level)
     return str(torchao.__version__)
 
 
