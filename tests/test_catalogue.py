@@ -31,16 +31,20 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert result.exit_code == 0, (result.stderr, result.exception)
     lines = result.stdout.splitlines()
     assert lines[0].split() == [
-        "NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS"
+        "NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "INT8", "INT4", "HUMANEVAL/MBPP",
+        "FITS",
     ]  # fmt: skip
     assert len(lines) == 1 + len(catalogue.CATALOGUE)
     coder = lines[1].split()
     assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.49B", "0.99"]
-    assert coder[6:] == ["Apache-2.0", "1.0", "GB", "2.0", "GB", "39.0/33.2", "RAM", "(float32)"]
+    assert coder[6:] == [
+        "Apache-2.0", "1.0", "GB", "2.0", "GB", "0.5", "GB", "0.3", "GB", "39.0/33.2", "RAM", "(float32)"
+    ]  # fmt: skip
     rows = {line.split()[0]: line for line in lines[1:]}
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
-    assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
+    # 15 GB of weights in bfloat16, 7.6 in int8: in 8 GB only in int4 (4.8 GB)
+    assert rows["dream-coder-7b"].split()[-3:] == ["82.9/79.6", "RAM", "(int4)"]
     assert result.stderr == "dcode: this machine: 8.0 GB of RAM, no GPU\n"
 
 
@@ -52,15 +56,16 @@ def test_available_json_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert report["machine"] == {"ram_gb": 16.0, "gpu_gb": 24.0}
     fits = {row["name"]: row["fits"] for row in report["models"]}
     assert fits["a2d-coder-0.5b"] == fits["dream-coder-7b"] == "GPU (bfloat16)"
-    assert fits["llada2-mini"] == "no"  # 32 GB of bfloat16 weights: neither 24 GB nor 16 GB
+    assert fits["llada2-mini"] == "GPU (int8)"  # 32 GB in bfloat16, 16 GB in int8: on the 24 GB GPU in int8
     coder = report["models"][0]
-    assert coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96} and coder["loads"] is True
+    assert coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96, "int8": 0.49, "int4": 0.31} and coder["loads"] is True
 
 
 @pytest.mark.parametrize(
     ("ram", "gpu", "want"),
-    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.0, None, "no"), (None, None, "?"),
-     (1.0, 2.0, "GPU (bfloat16)"), (None, 1.0, "no")],
+    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.0, None, "RAM (int8)"),
+     (0.4, None, "RAM (int4)"), (0.3, None, "no"), (None, None, "?"), (1.0, 2.0, "GPU (bfloat16)"),
+     (None, 1.0, "GPU (int8)"), (None, 0.3, "no")],
 )  # fmt: skip
 def test_fits_leaves_headroom(ram: float | None, gpu: float | None, want: str) -> None:
     assert catalogue.fits(catalogue.BY_NAME["a2d-coder-0.5b"], ram, gpu) == want  # 0.98 GB in bfloat16
