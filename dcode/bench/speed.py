@@ -339,18 +339,7 @@ def run_speed(
                 advance(f"{name} {row['id']}")
 
     # 3) rows and ratios against (a) and (c)
-    table: list[dict[str, Any]] = []
-    baseline = next((s.name for s in chosen if s.role == "baseline"), None)
-    summaries = {name: summarize([r for r in runs if r.setting == name]) for name in names}
-    roles = {s.name: s.role for s in chosen} | {AUTOREGRESSIVE: "autoregressive"}
-    for name, summary in summaries.items():
-        line: dict[str, Any] = {"setting": name, "role": roles[name], **{k: round(v, 4) for k, v in summary.items()}}
-        if name in configs:
-            line["config"] = {k: v for k, v in asdict(configs[name]).items() if k != "seed"}
-        for label, other in (("vs_one_per_pass", baseline), ("vs_autoregressive", AUTOREGRESSIVE)):
-            if roles[name] == "fast" and other in summaries and summaries[other]["tokens_per_second"]:
-                line[label] = round(summary["tokens_per_second"] / summaries[other]["tokens_per_second"], 3)
-        table.append(line)
+    table = speed_table(chosen, configs, runs, names)
     device = model.device
     return {
         "suite": "speed",
@@ -369,6 +358,26 @@ def run_speed(
         "settings": table,
         "runs": [asdict(r) for r in runs],
     }
+
+
+def speed_table(
+    chosen: list[Setting], configs: dict[str, SamplerConfig], runs: list[Run], names: list[str]
+) -> list[dict[str, Any]]:
+    """A row a setting: its summed runs, its config, and a fast setting's ratios against the
+    one-token-per-pass baseline and the autoregressive model."""
+    table: list[dict[str, Any]] = []
+    baseline = next((s.name for s in chosen if s.role == "baseline"), None)
+    summaries = {name: summarize([r for r in runs if r.setting == name]) for name in names}
+    roles = {s.name: s.role for s in chosen} | {AUTOREGRESSIVE: "autoregressive"}
+    for name, summary in summaries.items():
+        line: dict[str, Any] = {"setting": name, "role": roles[name], **{k: round(v, 4) for k, v in summary.items()}}
+        if name in configs:
+            line["config"] = {k: v for k, v in asdict(configs[name]).items() if k != "seed"}
+        for label, other in (("vs_one_per_pass", baseline), ("vs_autoregressive", AUTOREGRESSIVE)):
+            if roles[name] == "fast" and other in summaries and summaries[other]["tokens_per_second"]:
+                line[label] = round(summary["tokens_per_second"] / summaries[other]["tokens_per_second"], 3)
+        table.append(line)
+    return table
 
 
 def _dtype(model: Denoiser) -> str | None:

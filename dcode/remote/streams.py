@@ -136,64 +136,93 @@ def read(
     """A Drawn frame per content chunk, then the Answer. `diffusing`: the server is known to send
     whole texts when asked (Inception's host). A dcode extension seen later switches to dcode frames.
     An empty answer is a RemoteError unless `empty_ok` (a fill may delete its span)."""
-    began = time.perf_counter() if began is None else began
-    text = ""
-    shown: list[str | None] = []  # the pieces drawn last
-    parts: list[str] = []  # an appended stream's deltas
-    kind: Kind | None = None
-    count = 0
-    usage: dict[str, Any] = {}
-    finish: str | None = None
-    metadata: dict[str, Any] = {}
-    first: float | None = None
+    reading = Reading(mode, diffusing, model, device, language, time.perf_counter() if began is None else began)
     for chunk in chunks:
+        drawn = reading.take(chunk)
+        if drawn is not None:
+            yield drawn
+    yield reading.answer(empty_ok)
+
+
+@dataclass
+class Reading:
+    """What read() has gathered of one stream so far: the text, the pieces drawn last, the counters."""
+
+    mode: Mode
+    diffusing: bool
+    model: str
+    device: str
+    language: str
+    began: float
+    text: str = ""
+    shown: list[str | None] = field(default_factory=list)  # the pieces drawn last
+    parts: list[str] = field(default_factory=list)  # an appended stream's deltas
+    kind: Kind | None = None
+    count: int = 0
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    first: float | None = None
+
+    def take(self, chunk: dict[str, Any]) -> Drawn | None:
+        """Read one chunk; the frame it draws, if any."""
         if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
+            self.usage = chunk["usage"]
         choices = chunk.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            finish = choices[0].get("finish_reason") or finish
+            self.finish = choices[0].get("finish_reason") or self.finish
         extension = chunk.get("dcode") if isinstance(chunk.get("dcode"), dict) else {}
         piece = content(chunk)
         if piece or extension:  # a role or usage chunk says nothing of the kind
-            found = kind_of(chunk, mode, diffusing)
-            kind = found if kind is None or found != "append" else kind  # a later marker wins
-        elapsed = time.perf_counter() - began
-        if kind == "dcode" and extension:
-            event = extension.get("event")
-            if event == "frame":
-                count += 1
-                first = elapsed if first is None else first
-                yield Drawn(wire_frame(extension.get("frame")))
-            elif event == "finished":
-                text = str(extension.get("code", piece or ""))
-                metadata = extension["metadata"] if isinstance(extension.get("metadata"), dict) else {}
-            continue
-        if piece is None or (kind == "append" and not piece):
-            continue
-        count += 1
-        first = elapsed if first is None else first
-        if kind == "append":
-            parts.append(piece)
+            found = kind_of(chunk, self.mode, self.diffusing)
+            self.kind = found if self.kind is None or found != "append" else self.kind  # a later marker wins
+        elapsed = time.perf_counter() - self.began
+        if self.kind == "dcode" and extension:
+            return self.extension(extension, piece, elapsed)
+        if piece is None or (self.kind == "append" and not piece):
+            return None
+        self.count += 1
+        self.first = elapsed if self.first is None else self.first
+        if self.kind == "append":
+            self.parts.append(piece)
         else:
-            text = piece
-        shown, fresh = redrawn(shown, piece, kind == "append")
-        masked = sum(1 for p in shown if p is None)
-        filled = sum(1 for p in shown if p)  # the tokens on screen, as the summary line counts them
-        frame = Frame(tuple(shown), fresh, frozenset(), model, device, count, masked, filled, elapsed, language)
-        yield Drawn(replace(frame, unit="chunk"))
-    if kind == "append":
-        text = "".join(parts)
-    if not empty_ok and (kind is None or not text.strip()):
-        raise RemoteError("the server returned an empty answer")
-    tokens = int(usage.get("completion_tokens") or metadata.get("tokens") or len(pieces(text)))
-    yield Answer(
-        text=text,
-        kind=kind or "append",
-        chunks=int(metadata.get("forward_passes") or count),
-        tokens=tokens,
-        prompt_tokens=int(usage.get("prompt_tokens") or metadata.get("prompt_tokens") or 0),
-        seconds=time.perf_counter() - began,
-        finish_reason=finish,
-        metadata=metadata,
-        first_frame=first,
-    )
+            self.text = piece
+        self.shown, fresh = redrawn(self.shown, piece, self.kind == "append")
+        masked = sum(1 for p in self.shown if p is None)
+        filled = sum(1 for p in self.shown if p)  # the tokens on screen, as the summary line counts them
+        frame = Frame(
+            tuple(self.shown), fresh, frozenset(), self.model, self.device, self.count, masked, filled, elapsed,
+            self.language,
+        )  # fmt: skip
+        return Drawn(replace(frame, unit="chunk"))
+
+    def extension(self, extension: dict[str, Any], piece: str | None, elapsed: float) -> Drawn | None:
+        """A dcode server's own event: a frame to draw, or the finished answer and its metadata."""
+        event = extension.get("event")
+        if event == "frame":
+            self.count += 1
+            self.first = elapsed if self.first is None else self.first
+            return Drawn(wire_frame(extension.get("frame")))
+        if event == "finished":
+            self.text = str(extension.get("code", piece or ""))
+            self.metadata = extension["metadata"] if isinstance(extension.get("metadata"), dict) else {}
+        return None
+
+    def answer(self, empty_ok: bool) -> Answer:
+        """The Answer once the stream ended; an empty one is a RemoteError unless `empty_ok`."""
+        text = "".join(self.parts) if self.kind == "append" else self.text
+        if not empty_ok and (self.kind is None or not text.strip()):
+            raise RemoteError("the server returned an empty answer")
+        usage, metadata = self.usage, self.metadata
+        tokens = int(usage.get("completion_tokens") or metadata.get("tokens") or len(pieces(text)))
+        return Answer(
+            text=text,
+            kind=self.kind or "append",
+            chunks=int(metadata.get("forward_passes") or self.count),
+            tokens=tokens,
+            prompt_tokens=int(usage.get("prompt_tokens") or metadata.get("prompt_tokens") or 0),
+            seconds=time.perf_counter() - self.began,
+            finish_reason=self.finish,
+            metadata=metadata,
+            first_frame=self.first,
+        )

@@ -118,13 +118,8 @@ def check_json(request: Request) -> None:
         raise BadRequest(f"the body must be sent as Content-Type: application/json (got {shown})", None, 415)
 
 
-def create_app(
-    engine: Engine, *, api_key: str | None = None, max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT
-) -> FastAPI:
-    """The app over `engine`; requests to /v1/* need `api_key` when one is set."""
-    app = FastAPI(title="dcode serve", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
-    app.add_middleware(Guard)
-    preparers = ThreadPoolExecutor(PREPARERS, thread_name_prefix="dcode-prepare")
+def answer_errors_as_openai(app: FastAPI) -> None:
+    """A refused request, an unknown path and a wrong method answer in OpenAI's error shape."""
 
     @app.exception_handler(BadRequest)
     async def refused(request: Request, error: BadRequest) -> JSONResponse:
@@ -138,6 +133,16 @@ def create_app(
             405: f"{request.method} is not allowed on {request.url.path}",
         }.get(error.status_code, str(error.detail))
         return error_response(BadRequest(message, None, error.status_code, kind=kind), error.headers)
+
+
+def create_app(
+    engine: Engine, *, api_key: str | None = None, max_body: int = MAX_BODY, body_timeout: float = BODY_TIMEOUT
+) -> FastAPI:
+    """The app over `engine`; requests to /v1/* need `api_key` when one is set."""
+    app = FastAPI(title="dcode serve", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
+    app.add_middleware(Guard)
+    answer_errors_as_openai(app)
+    preparers = ThreadPoolExecutor(PREPARERS, thread_name_prefix="dcode-prepare")
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
