@@ -58,7 +58,9 @@ def test_available_json_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fits["a2d-coder-0.5b"] == fits["dream-coder-7b"] == "GPU (bfloat16)"
     assert fits["llada2-mini"] == "GPU (int8)"  # 32 GB in bfloat16, 16 GB in int8: on the 24 GB GPU in int8
     coder = report["models"][0]
-    assert coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96, "int8": 0.49, "int4": 0.31} and coder["loads"] is True
+    assert (
+        coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96, "int8": 0.49, "int4": 0.31} and coder["loads"] is True
+    )
 
 
 @pytest.mark.parametrize(

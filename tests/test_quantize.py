@@ -110,7 +110,7 @@ def test_new_says_which_quantisation_ran(tmp_path: Path) -> None:
     ("args", "env", "line"),
     [
         (["--quantize", "int3"], {}, "dcode: error: unknown --quantize 'int3' (choose from auto, none, int8, int4)\n"),
-        ([], {"DCODE_QUANTIZE": "nf4"}, "dcode: error: unknown DCODE_QUANTIZE 'nf4' (choose from auto, none, int8, int4)\n"),
+        ([], {"DCODE_QUANTIZE": "nf4"}, "dcode: error: unknown DCODE_QUANTIZE 'nf4' (choose from auto, none, int8, int4)\n"),  # noqa: E501
     ],
 )  # fmt: skip
 def test_a_bad_kind_is_a_usage_error_and_writes_nothing(

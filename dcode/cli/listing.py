@@ -184,7 +184,20 @@ def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
         return f"{value:.1f}" if isinstance(value, float) else "-"
 
     table: list[tuple[str, ...]] = [
-        ("NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "INT8", "INT4", "HUMANEVAL/MBPP", "FITS")
+        (
+            "NAME",
+            "ID",
+            "FAMILY",
+            "PARAMS",
+            "DOWNLOAD",
+            "LICENCE",
+            "BF16",
+            "FP32",
+            "INT8",
+            "INT4",
+            "HUMANEVAL/MBPP",
+            "FITS",
+        )
     ]
     for r in rows:
         memory = r["memory_gb"]

@@ -58,7 +58,9 @@ def quantized(name: str, shape: tuple[int, ...]) -> bool:
     dtype, and so does an output head tied to them. Example: ("model.layers.0.mlp.up_proj.weight",
     (704, 256)) -> True; ("model.embed_tokens.weight", (8192, 256)) -> False."""
     embedding = any(word in name for word in ("embed", "wte"))
-    return len(shape) == 2 and name.endswith(".weight") and not embedding and shape[1] % GROUP == 0 and shape[0] % 16 == 0
+    return (
+        len(shape) == 2 and name.endswith(".weight") and not embedding and shape[1] % GROUP == 0 and shape[0] % 16 == 0
+    )
 
 
 def weight_bytes(tensors: Mapping[str, Tensor], dtype: str, kind: str) -> int:
