@@ -170,13 +170,46 @@ def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
         raise ModelError(f"cannot quantise {name}: {' '.join(str(error).split())[:200]}") from None
 
 
+# safetensors dtype codes -> torch's dtype names
+TORCH_DTYPES = {
+    "BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I64": "int64", "I32": "int32",
+    "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
+}  # fmt: skip
+
+
+def read_tensors(path: Path, wanted: set[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for each tensor of a safetensors file named in `wanted`, read one at a time
+    with plain reads: a memory map (safetensors' safe_open) would keep every page it touched
+    resident in this process until the file is closed, the whole checkpoint by the end of a load.
+    Layout: 8 bytes little-endian header length N, N bytes of JSON {name: {dtype, shape,
+    data_offsets}}, then the data (checkpoint.read_header has already checked it fits the file)."""
+    import json
+    import struct
+
+    import torch
+
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+        for name, entry in sorted(
+            header.items(), key=lambda item: item[1]["data_offsets"][0] if item[0] != "__metadata__" else -1
+        ):
+            if name not in wanted:
+                continue
+            begin, end = entry["data_offsets"]
+            f.seek(8 + length + begin)
+            data = bytearray(f.read(end - begin))
+            dtype = getattr(torch, TORCH_DTYPES[entry["dtype"]])
+            flat = torch.frombuffer(data, dtype=dtype) if data else torch.empty(0, dtype=dtype)
+            yield name, flat.reshape(entry["shape"])
+
+
 def stream_weights(
     model: nn.Module, folder: Path, keys: set[str], device: torch.device, dtype: torch.dtype, kind: Kind
 ) -> None:
     """The checkpoint's weights named `keys` (checkpoint names = `model`'s, built on the meta
-    device) read one at a time from its safetensors shards, cast to `dtype` on `device`, each
-    linear layer quantised as its weight arrives (`quantized`)."""
-    from safetensors import safe_open
+    device) read one at a time from its safetensors shards (read_tensors), cast to `dtype` on
+    `device`, each linear layer quantised as its weight arrives (`quantized`)."""
     from torch import nn
 
     from dcode.models.checkpoint import weight_files
@@ -184,19 +217,18 @@ def stream_weights(
     config = torchao_config(kind, device) if kind != "none" else None
     for path in weight_files(folder):
         try:
-            with safe_open(str(path), framework="pt", device=str(device)) as f:
-                names = [k for k in f.keys() if k in keys]  # noqa: SIM118 (safe_open is not a dict)
-                for key in names:
-                    owner, _, leaf = key.rpartition(".")
-                    module = model.get_submodule(owner)
-                    tensor = f.get_tensor(key).to(dtype)
-                    if leaf in module._parameters:
-                        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
-                    else:
-                        module._buffers[leaf] = tensor
-                    if config is not None and isinstance(module, nn.Linear) and quantized(key, tuple(tensor.shape)):
-                        quantize_layer(module, config, key)
-        except (OSError, ValueError) as error:
+            for key, read in read_tensors(path, keys):
+                owner, _, leaf = key.rpartition(".")
+                module = model.get_submodule(owner)
+                tensor = read.to(device=device, dtype=dtype)
+                del read
+                if leaf in module._parameters:
+                    module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+                else:
+                    module._buffers[leaf] = tensor
+                if config is not None and isinstance(module, nn.Linear) and quantized(key, tuple(tensor.shape)):
+                    quantize_layer(module, config, key)
+        except (OSError, ValueError, KeyError) as error:
             raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
 
 
