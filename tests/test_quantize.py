@@ -53,14 +53,27 @@ def test_every_family_runs_quantised_on_the_cpu(written: dict[str, Path], family
     quantised = load(str(folder), dtype=torch.bfloat16, quantize=kind)
     assert (q.describe(plain), q.describe(quantised)) == ("none", kind)
     network = quantised.model  # type: ignore[attr-defined]
-    layers = [m for m in network.modules() if isinstance(m, torch.nn.Linear)]
-    packed = [m for m in layers if type(m.weight).__module__.startswith("torchao")]
     rule = sum(q.quantized(n, t.shape) for n, t in read_headers(folder).items())
     # llada2's router gate is a bare weight, not a linear layer; DiffusionGemma's vision tower is quantised too
-    assert len(packed) >= rule - 1 > 0
+    assert q.quantized_layers(network) >= rule - 1 > 0
     want, got = logits(plain, ids), logits(quantised, ids)
     assert got.shape == want.shape and torch.isfinite(got).all()
     assert 0 < ((got - want).norm() / want.norm()).item() < BOUND[kind]
+
+
+def test_int8_on_a_cpu_runs_pytorchs_int8_kernel_on_torchaos_values(written: dict[str, Path]) -> None:
+    """int8_cpu_kernel swaps torchao's eager int8 layers (which convert the weight back to bfloat16
+    on every call) for Int8Linear, PyTorch's int8 CPU kernel on the same values and scales."""
+    from dcode.models.int8_linear import Int8Linear
+
+    model = load(str(written["qwen2"]), dtype=torch.float32, quantize="int8")
+    network = model.model  # type: ignore[attr-defined]
+    layers = [m for m in network.modules() if isinstance(m, Int8Linear)]
+    assert len(layers) == 2 * 7 and model.device.type == "cpu"  # type: ignore[attr-defined]
+    layer = layers[0]
+    x = torch.randn(5, layer.in_features)
+    reference = x @ (layer.qdata.float() * layer.scale[:, None]).T + (layer.bias if layer.bias is not None else 0)
+    assert torch.allclose(layer(x), reference, atol=1e-4)
 
 
 def test_the_loader_holds_one_weight_at_a_time(written: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:

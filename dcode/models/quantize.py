@@ -170,6 +170,25 @@ def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
         raise ModelError(f"cannot quantise {name}: {' '.join(str(error).split())[:200]}") from None
 
 
+def int8_cpu_kernel(model: nn.Module) -> None:
+    """On a CPU, each int8 linear layer multiplied by PyTorch's int8 weight-only kernel
+    (`torch._weight_int8pack_mm`) instead of torchao's eager path, which converts the whole weight
+    back to the activations' dtype on every call: twice as slow as bfloat16 on an AVX-512 CPU and
+    a weight-sized temporary per layer (docs/models.md). The same int8 values and per-row scales
+    torchao chose; nothing is quantised again."""
+    from torchao.quantization import Int8Tensor
+
+    from dcode.models.int8_linear import Int8Linear
+
+    for name, module in list(model.named_modules()):
+        weight = getattr(module, "weight", None)
+        per_row = isinstance(weight, Int8Tensor) and weight.act_quant_kwargs is None
+        if per_row and weight.device.type == "cpu" and weight.block_size[-1] == weight.qdata.shape[-1]:
+            model.set_submodule(
+                name, Int8Linear(weight.qdata, weight.scale, getattr(module, "bias", None), weight.dtype)
+            )
+
+
 # safetensors dtype codes -> torch's dtype names
 TORCH_DTYPES = {
     "BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I64": "int64", "I32": "int32",
@@ -238,9 +257,20 @@ def describe(model: Any) -> str:
     return str(getattr(getattr(model, "model", None), "dcode_quantize", "none"))
 
 
+def quantized_layers(module: nn.Module) -> int:
+    """The linear layers of a network that hold quantised weights (torchao's tensors, or Int8Linear)."""
+    from dcode.models.int8_linear import Int8Linear
+
+    held = [getattr(m, "weight", None) for m in module.modules() if not isinstance(m, Int8Linear)]
+    packed = sum(isinstance(m, Int8Linear) for m in module.modules())
+    return packed + sum(type(w).__module__.startswith("torchao") for w in held)
+
+
 def mark(module: nn.Module, kind: Kind) -> None:
-    """Record on a loaded network which quantisation ran; a kind that quantised no layer is an error."""
-    layers = sum(type(m.weight).__module__.startswith("torchao") for m in module.modules() if hasattr(m, "weight"))
-    if kind != "none" and layers == 0:
+    """Record on a loaded network which quantisation ran (int8 on a CPU switched to PyTorch's
+    kernel: int8_cpu_kernel); a kind that quantised no layer is an error."""
+    if kind == "int8":
+        int8_cpu_kernel(module)
+    if kind != "none" and quantized_layers(module) == 0:
         raise ModelError(f"--quantize {kind}: this model has no linear layer it can quantise; use --quantize none")
     module.dcode_quantize = kind  # type: ignore[assignment]

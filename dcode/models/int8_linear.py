@@ -1,0 +1,36 @@
+"""A linear layer of int8 weights run by PyTorch's int8 weight-only CPU kernel.
+
+dcode.models.quantize swaps it in for torchao's int8 layers on a CPU (int8_cpu_kernel): the same
+int8 values and per-row scales, multiplied by `torch._weight_int8pack_mm` (activations in their
+own dtype, the weight read as int8) rather than converted back to bfloat16 on every call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Int8Linear(nn.Module):
+    """y = x @ (qdata * scale[:, None]).T + bias, for int8 qdata (out, in) and scales (out,)."""
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.out_features, self.in_features = qdata.shape
+        self.dtype = dtype  # what the layer computes in (the weight's dtype before quantisation)
+        self.register_buffer("qdata", qdata.contiguous())  # (out, in) int8
+        self.register_buffer("scale", scale.reshape(-1).float())  # (out,)
+        self.bias = nn.Parameter(bias, requires_grad=False) if bias is not None else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) -> (..., out) in x's dtype."""
+        flat = x.reshape(-1, self.in_features)
+        y = torch._weight_int8pack_mm(flat, self.qdata, self.scale.to(x.dtype))
+        y = y.reshape(*x.shape[:-1], self.out_features)
+        return y + self.bias if self.bias is not None else y
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """An empty tensor with the dtype and device a caller reads off a linear layer's weight
+        (NativeDenoiser.device, the server's batches); the weight itself is qdata and scale."""
+        return torch.empty(0, dtype=self.dtype, device=self.qdata.device)
