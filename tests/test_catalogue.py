@@ -59,7 +59,7 @@ def test_available_json_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fits["llada2-mini"] == "GPU (int8)"  # 32 GB in bfloat16, 16 GB in int8: on the 24 GB GPU in int8
     coder = report["models"][0]
     assert (
-        coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96, "int8": 0.49, "int4": 0.31} and coder["loads"] is True
+        coder["memory_gb"] == {"bfloat16": 0.98, "float32": 1.96, "int8": 0.49, "int4": 0.28} and coder["loads"] is True
     )
 
 

@@ -64,12 +64,17 @@ def test_every_family_runs_quantised_on_the_cpu(written: dict[str, Path], family
 def test_int8_on_a_cpu_runs_pytorchs_int8_kernel_on_torchaos_values(written: dict[str, Path]) -> None:
     """int8_cpu_kernel swaps torchao's eager int8 layers (which convert the weight back to bfloat16
     on every call) for Int8Linear, PyTorch's int8 CPU kernel on the same values and scales."""
-    from dcode.models.int8_linear import Int8Linear
+    from dcode.models.int8_linear import Int8Embedding, Int8Linear
 
     model = load(str(written["qwen2"]), dtype=torch.float32, quantize="int8")
     network = model.model  # type: ignore[attr-defined]
     layers = [m for m in network.modules() if isinstance(m, Int8Linear)]
-    assert len(layers) == 2 * 7 and model.device.type == "cpu"  # type: ignore[attr-defined]
+    assert len(layers) == 2 * 7 + 1 and model.device.type == "cpu"  # type: ignore[attr-defined]
+    # the tied head reads the int8 embedding's own matrix
+    assert (
+        isinstance(network.model.embed_tokens, Int8Embedding)
+        and network.lm_head.qdata is network.model.embed_tokens.qdata
+    )
     layer = layers[0]
     x = torch.randn(5, layer.in_features)
     reference = x @ (layer.qdata.float() * layer.scale[:, None]).T + (layer.bias if layer.bias is not None else 0)

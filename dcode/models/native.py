@@ -330,10 +330,11 @@ def load_checked(
         *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(ignored)),
     ]
     refuse_misfit(folder, problems)
+    tied_name = next(name for name, module in model.named_modules() if module is tied) if tied is not None else None
     # one weight at a time, each linear layer quantised as it arrives (--quantize; none: cast alone)
     quantize.stream_weights(model, folder, set(expected), device, dtype, quantize.current())
-    if tied is not None:
-        model.get_submodule("lm_head").weight = tied.weight
+    if tied_name is not None:
+        quantize.tie_head(model, tied_name)
     quantize.mark(model, quantize.current())
     return model.to(device).eval()
 

@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 KINDS = ("auto", "none", "int8", "int4")  # what --quantize takes; auto is none until measured otherwise
 Kind = Literal["none", "int8", "int4"]
 QUANTIZED: tuple[Kind, ...] = ("int8", "int4")
-# int4: weights sharing one scale and zero point (torchao's group_size). 32 measured faster than
-# 128 on the CPU (AVX-512) and closer to bfloat16; docs/models.md has the numbers.
-GROUP = 32
+# int4: weights sharing one scale and zero point (torchao's group_size). 32, 64 and 128 measured
+# alike in speed and error on this CPU; 64 keeps a 3B model's int4 peak near 38% of bfloat16's,
+# 32 at 41% (docs/models.md).
+GROUP = 64
 # Bytes a quantised weight takes: int8 one byte (plus a scale per output row, under 0.1%); int4
 # half a byte plus a bfloat16 scale and zero point per GROUP weights.
 WEIGHT_BYTES: dict[str, float] = {"int8": 1.0, "int4": 0.5 + 4 / GROUP}
@@ -232,6 +233,7 @@ def stream_weights(
     from torch import nn
 
     from dcode.models.checkpoint import weight_files
+    from dcode.models.int8_linear import Int8Embedding
 
     config = torchao_config(kind, device) if kind != "none" else None
     for path in weight_files(folder):
@@ -241,14 +243,51 @@ def stream_weights(
                 module = model.get_submodule(owner)
                 tensor = read.to(device=device, dtype=dtype)
                 del read
+                if config is not None and isinstance(module, nn.Embedding) and tensor.is_floating_point():
+                    model.set_submodule(owner, Int8Embedding.of(tensor))  # int8 rows (whatever the kind)
+                    continue
                 if leaf in module._parameters:
                     module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
                 else:
                     module._buffers[leaf] = tensor
                 if config is not None and isinstance(module, nn.Linear) and quantized(key, tuple(tensor.shape)):
                     quantize_layer(module, config, key)
+                    give_back_freed()
         except (OSError, ValueError, KeyError) as error:
             raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+
+
+def give_back_freed() -> None:
+    """Return the heap's freed pages to the system (glibc's malloc_trim; nothing elsewhere): the
+    weights read in the load dtype and freed once quantised leave holes that glibc would keep,
+    about 4% of a 3B model's int4 peak (docs/benchmarks/quantize)."""
+    global _trim
+    if _trim is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None  # glibc's malloc_trim once looked up; False where there is none
+
+
+def tie_head(model: nn.Module, embedding: str) -> None:
+    """model.lm_head reads the input embedding named `embedding`: its weight, or, for an int8
+    embedding (stream_weights quantises dcode's own models' embeddings), an int8 head on the same
+    matrix (PyTorch's int8 kernel: measured the fastest head on a CPU, docs/models.md)."""
+    from dcode.models.int8_linear import Int8Embedding
+
+    module = model.get_submodule(embedding)
+    if isinstance(module, Int8Embedding):
+        model.set_submodule("lm_head", module.head())
+    else:
+        model.get_submodule("lm_head").weight = module.weight
 
 
 def describe(model: Any) -> str:
