@@ -139,6 +139,7 @@ def load(
     """
     import torch
 
+    quantizing.quiet()  # before transformers imports torchao, whatever `quantize` says
     where = device or torch.device("cpu")
     if isinstance(dtype, str):
         from dcode.dtypes import cpu_flags, resolve_dtype

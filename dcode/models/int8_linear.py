@@ -14,6 +14,9 @@ from torch import nn
 class Int8Linear(nn.Module):
     """y = x @ (qdata * scale[:, None]).T + bias, for int8 qdata (out, in) and scales (out,)."""
 
+    qdata: torch.Tensor
+    scale: torch.Tensor
+
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> None:
         super().__init__()
         self.out_features, self.in_features = qdata.shape
@@ -39,6 +42,9 @@ class Int8Linear(nn.Module):
 class Int8Embedding(nn.Module):
     """An embedding of int8 rows (vocab, hidden), one scale per row: a looked-up row is
     qdata[id] * scale[id]. A tied output head reads the same int8 matrix as an Int8Linear."""
+
+    qdata: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> None:
         super().__init__()

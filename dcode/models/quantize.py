@@ -126,20 +126,23 @@ def torchao_config(kind: Kind, device: torch.device) -> Any:
 def import_torchao(kind: str) -> str:
     """Import torchao quietly (it logs a warning per GPU-only extension it cannot load on a CPU
     machine); its version, or a one-line ModelError when it is not installed."""
-    logging.getLogger("torchao").setLevel(logging.ERROR)
-    pytree = logging.getLogger("torch.utils._pytree")  # warns about torchao's enums being registered
-    level = pytree.level
-    pytree.setLevel(logging.ERROR)
+    quiet()
     try:
         import torchao
-        import torchao.quantization  # noqa: F401 (registers the enums while the warning is off)
+        import torchao.quantization  # noqa: F401
     except ImportError:
         raise ModelError(
             f"--quantize {kind} needs torchao: pip install 'dcode[quantize]' (or run with --quantize none)"
         ) from None
-    finally:
-        pytree.setLevel(level)
     return str(torchao.__version__)
+
+
+def quiet() -> None:
+    """torchao's import logs a warning per GPU-only extension a CPU machine lacks, and torch one per
+    enum torchao registers: stderr is for dcode's own lines. transformers imports torchao too
+    (decoder.quiet_transformers calls this), whatever --quantize says."""
+    logging.getLogger("torchao").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
 
 def transformers_config(
@@ -183,8 +186,9 @@ def int8_cpu_kernel(model: nn.Module) -> None:
 
     for name, module in list(model.named_modules()):
         weight = getattr(module, "weight", None)
-        per_row = isinstance(weight, Int8Tensor) and weight.act_quant_kwargs is None
-        if per_row and weight.device.type == "cpu" and weight.block_size[-1] == weight.qdata.shape[-1]:
+        if not isinstance(weight, Int8Tensor) or weight.act_quant_kwargs is not None:
+            continue
+        if weight.device.type == "cpu" and weight.block_size[-1] == weight.qdata.shape[-1]:  # one scale per row
             model.set_submodule(
                 name, Int8Linear(weight.qdata, weight.scale, getattr(module, "bias", None), weight.dtype)
             )
