@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from dcode import pipeline
+from dcode import localfill
 from dcode.bench import PROMPTS, named, provenance, read_prompts, with_family
 from dcode.bench.answers import answered
 from dcode.bench.metrics import Tally
@@ -120,7 +120,7 @@ def autoregressive(model: Any, row: dict[str, str], count: int, timed: Timed) ->
     """The same network as an autoregressive model: causal attention, greedy, one token a step with
     its key/value cache, `count` new tokens (no end token stops it)."""
     network = model.model
-    ids = torch.tensor([pipeline.prompt_ids(model, row["prompt"], row["lang"])])
+    ids = torch.tensor([localfill.prompt_ids(model, row["prompt"], row["lang"])])
     began, cpu = time.perf_counter(), time.process_time()
     cache = native.NativeCache()
     start, step, fed = 0, ids, 0

@@ -19,10 +19,11 @@ import sysconfig
 import time
 from pathlib import Path
 
-from dcode import pipeline
+from dcode import flows
 from dcode.bench import REGISTRY, provenance, with_family
 from dcode.edit import find_symbol, find_symbols
 from dcode.events import Edited, drain
+from dcode.localfill import LocalFiller
 from dcode.models import load, resolve
 from dcode.syntax import find_issues
 
@@ -62,7 +63,7 @@ def main() -> None:
     for path, source, symbol in candidates(model, args.files):
         region = find_symbol(source, "python", symbol)
         began = time.perf_counter()
-        events = pipeline.edit(model, source, region, INSTRUCTION, "python", config, name=path.name)
+        events = flows.edit(LocalFiller(model, config), source, region, INSTRUCTION, "python", name=path.name)
         done = drain(events, result=Edited)
         seconds = time.perf_counter() - began
         old, new = source.encode(), done.code.encode()

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dcode import pipeline
+from dcode import flows
 from dcode.config import SamplerConfig
 from dcode.events import Finished
+from dcode.localfill import LocalFiller
 from dcode.models import load
 from dcode.render import Describer, export_svg
 
@@ -35,7 +36,7 @@ def main() -> None:
         language="python",
         hidden=facts.eos_ids | {facts.pad_id},
     )
-    events = list(pipeline.new(model, args.request, "python", length, SamplerConfig(), repair_rounds=0))
+    events = list(flows.new(LocalFiller(model, SamplerConfig()), args.request, "python", length, repair_rounds=0))
     frames = [describe(event, 0.05 * i) for i, event in enumerate(events)]
     steps = [f for f, e in zip(frames, events, strict=True) if f is not None and not isinstance(e, Finished)]
     frame = steps[min(len(steps) - 1, int(args.at * len(steps)))]

@@ -26,11 +26,12 @@ import sysconfig
 import time
 from pathlib import Path
 
-from dcode import pipeline
+from dcode import flows
 from dcode.bench import custom, provenance, python_prompts, with_family
 from dcode.bench.metrics import is_real_code
 from dcode.config import REPAIR_FILE_TRIES, REPAIR_TRIES, SamplerConfig
 from dcode.events import Finished, Repaired, drain
+from dcode.localfill import LocalFiller
 from dcode.models import load, resolve
 from dcode.syntax import find_issues
 
@@ -41,7 +42,7 @@ def generation(model, prompts: list[str], length: int, configs: list[SamplerConf
     valid_raw = valid_fixed = real_raw = real_fixed = rounds = regenerated = tokens = extra_forward = 0
     draft_seconds = extra_seconds = 0.0
     for prompt, config in ((p, c) for c in configs for p in prompts):
-        events = pipeline.new(model, prompt, "python", length, config, 3, tries)
+        events = flows.new(LocalFiller(model, config), prompt, "python", length, 3, tries)
         finished = drain(events, result=Finished)
         done = finished.repair
         assert done is not None
@@ -141,7 +142,7 @@ def corrupted(model, functions: list[str], config: SamplerConfig, rng: random.Ra
         began = time.perf_counter()
         done = next(
             e
-            for e in pipeline.repair_file(model, broken, "python", "test.py", config, 3, tries)
+            for e in flows.repair_file(LocalFiller(model, config), broken, "python", "test.py", 3, tries)
             if isinstance(e, Repaired)
         )
         seconds += time.perf_counter() - began

@@ -3,7 +3,7 @@
 Owns: turning `--lines A-B` or `--symbol NAME` into a byte span of whole lines of the source (the
 symbol found with tree-sitter), the unified diff of an edit, and writing in place: the original is
 copied to FILE.orig (FILE.orig.1, .2, ... when taken) before the new text replaces it atomically.
-Generation is dcode.pipeline's job; reading files and atomic writes are dcode.files'; this module
+Generation is dcode.flows' job; reading files and atomic writes are dcode.files'; this module
 knows nothing about tokens, the sampler, argv or the terminal.
 """
 

@@ -89,7 +89,7 @@ class Started:
     repair the whole file), so a view never tokenises the prompt to find where the answer starts."""
 
     span: tuple[int, int]  # [start, end) canvas positions of the answer; start = the prompt's token count
-    fill: tuple[tuple[int, int], ...]  # [start, end) canvas ranges this run fills (masked on entry)
+    regions: tuple[tuple[int, int], ...]  # [start, end) canvas ranges this run fills (masked on entry)
     repair_round: int = 0  # 0 for the draft; k for a try of the repair pass's k-th round
     attempt: int = 0  # 1-based try within the repair round; 0 for the draft
 
@@ -188,7 +188,7 @@ class Finished:
     code: str  # the answer, trailing end/pad tokens removed, repaired if repair ran
     prompt_tokens: int
     tokens: int  # answer tokens kept by the draft
-    canvas: int  # answer positions the sampler had to fill
+    masks: int  # answer positions the sampler had to fill (--json's "canvas")
     forward: int  # forward passes of the draft
     seconds: float  # sampling wall time of the draft
     repair: Repaired | None = None  # what the repair pass did (None: off or nothing to check)
@@ -206,7 +206,7 @@ class Finished:
         out: dict[str, object] = {
             "prompt_tokens": self.prompt_tokens,
             "tokens": self.tokens,
-            "canvas": self.canvas,
+            "canvas": self.masks,
             **rates(self.tokens, self.forward, self.seconds),
             **self.extra,
         }
@@ -226,7 +226,7 @@ class Edited:
     context_tokens: int | None  # tokens of the unchanged text around the region, on the canvas (None: a server's)
     region_tokens: int | None  # tokens of the region before the edit (None: a server's)
     tokens: int  # tokens the draft kept for the region (end and pad tokens dropped)
-    canvas: int  # masks the sampler filled: the region's budget
+    masks: int  # masks the sampler filled: the region's budget (--json's "canvas")
     forward: int  # forward passes of the draft
     seconds: float  # sampling wall time of the draft
     original_errors: int | None  # syntax issues in the source (None: the language is not checked)
@@ -249,7 +249,7 @@ class Edited:
             "context_tokens": self.context_tokens,
             "region_tokens": self.region_tokens,
             "tokens": self.tokens,
-            "canvas": self.canvas,
+            "canvas": self.masks,
             **rates(self.tokens, self.forward, self.seconds),
             "original_errors": self.original_errors,
             "errors_after": self.errors_after,
@@ -280,7 +280,7 @@ def drain(events: Iterable[Any], each: Callable[[Any], object] | None = None, *,
     `each(event)` sees every event first, in order (a view draws it, a benchmark counts it); an
     exception from it stops the stream. A generator is closed here, so its cleanup runs in the
     draining thread. With `result`, the last event must be one (TypeError otherwise).
-    Example: drain(flows.new(ModelFiller(model, config), "add two numbers", "python", 64), result=Finished)."""
+    Example: drain(flows.new(LocalFiller(model, config), "add two numbers", "python", 64), result=Finished)."""
     last = None
     try:
         for last in events:

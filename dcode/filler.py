@@ -1,6 +1,6 @@
 """What fills masked spans given their context: the protocol the flows of dcode.flows run over.
 
-Two fillers satisfy it: dcode.pipeline.ModelFiller (the local sampler over a token canvas) and
+Two fillers satisfy it: dcode.localfill.LocalFiller (the local sampler over a token canvas) and
 dcode.remote.filler.EndpointFiller (a served model: fill in the middle where the server takes a
 `suffix`, chat otherwise). A filler yields the events of dcode.events while it works (Started, then
 Steps or Drawn frames) and returns (StopIteration's value) what it wrote. Everything else - which

@@ -3,7 +3,7 @@ again; keep the best state, undo a round that makes things worse.
 
 Owns: running the command (through the shell, in the current folder, its output to a temporary
 file; the run ends with the shell or at the timeout, and what it left in its process group is
-killed), judging a run against the best one (dcode.failures' counts and locations), refusing a fill
+killed), comparing a run with the best one (dcode.failures' counts and locations), refusing a fill
 that deletes code no failing test asks for, and the best state restored on any exit, Ctrl-C
 included. The files' promises (backups, atomic writes, locks, undoing only what dcode wrote) are
 dcode.fixfiles'; which files may change, the regions and the instructions dcode.fixtargets'. The
@@ -155,7 +155,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 Judgement = Literal["first", "better", "same", "worse"]
 
 
-def judge(new: Run, best: Run) -> Judgement:
+def compare(new: Run, best: Run) -> Judgement:
     """How a round's run compares with the best so far. Worse: it times out, has more errors (a
     failing test turned into an import or collection error), more problems, or fewer passing tests.
     Better: it passes, has fewer problems, or as many with more tests passing (`pytest -x` got further)."""
@@ -302,7 +302,7 @@ def _loop(
                 note = "the fills repeated a round already undone"
                 break
             after = test()
-            judged = judge(after, best)
+            judged = compare(after, best)
             if judged == "worse":
                 undone.add(space.state())
                 space.restore()

@@ -1,4 +1,4 @@
-"""`new`, `edit` and `repair_file`, one flow each, over a filler (dcode.filler: the local sampler or
+"""`new`, `edit`, `repair_file` and `complete`, one flow each, over a filler (dcode.filler: the local sampler or
 an endpoint), as streams of dcode.events: Started, the filler's Steps or Drawn frames, the repair
 pass's rounds, then a Finished, Edited or Repaired record.
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dcode.config import REPAIR_TRIES
 from dcode.events import Edited, Event, Finished, Repaired, RepairRound, Unit, relayed
-from dcode.filler import Filler, FillError
+from dcode.filler import Draft, Filler, FillError, Plan
 from dcode.fixes import judge
 from dcode.linediff import newline_of
 from dcode.spans import Origin, fit_region, unechoed, widen
@@ -30,13 +30,14 @@ class InputError(ValueError):
     """A request the filler cannot serve (too long, empty): a usage error, reported in one line."""
 
 
-def check_room(prompt_tokens: int, length: int, limit: int) -> None:
-    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens."""
+def check_room(prompt_tokens: int, length: int, limit: int, name: str = "--length") -> None:
+    """InputError unless `length` (at least 1) plus the prompt fits in `limit` tokens; `name` names
+    the length in the message (a server's max_tokens)."""
     if length < 1:
-        raise InputError("--length must be at least 1 token")
+        raise InputError(f"{name} must be at least 1 token")
     if prompt_tokens + length > limit:
         raise InputError(
-            f"--length {length} plus the {prompt_tokens}-token prompt exceeds the model's "
+            f"{name} {length} plus the {prompt_tokens}-token prompt exceeds the model's "
             f"context of {limit} tokens (at most {max(0, limit - prompt_tokens)} fit)"
         )
 
@@ -64,18 +65,30 @@ def new(
     final = repaired.code
     if final.strip() and not final.endswith("\n"):
         final += "\n"  # a new file ends with a line break, whatever the repair spliced at its end
-    yield Finished(
-        code=final,
+    yield finished(draft, final, None if repaired.note.startswith("not checked") else repaired, code)
+
+
+def finished(draft: Draft, code: str, repaired: Repaired | None = None, sampled: str = "") -> Finished:
+    """The Finished record of a draft whose final text is `code` (`sampled`: the text before repair)."""
+    return Finished(
+        code=code,
         prompt_tokens=draft.prompt_tokens,
         tokens=draft.tokens,
-        canvas=draft.masks,
+        masks=draft.masks,
         forward=draft.forward,
         seconds=draft.seconds,
-        repair=None if repaired.note.startswith("not checked") else repaired,
-        draft=code,
+        repair=repaired,
+        draft=sampled,
         unit=draft.unit,
         extra=draft.extra,
     )
+
+
+def complete(filler: Filler, length: int) -> Iterator[Event]:
+    """A plain completion (a server's /v1/completions): the filler's draft of its own prompt (and
+    suffix), as written - no template, no check, no repair - then Finished."""
+    draft = yield from filler.draft("", "", length, False)
+    yield finished(draft, draft.text)
 
 
 def repair_file(
@@ -122,10 +135,10 @@ def edit(
     except UnicodeDecodeError:
         raise ValueError(f"region {region} splits a UTF-8 character") from None
     draft = yield from filler.region(source, region, instruction, language, length, name)
-    fill = unechoed(draft.text, after)
-    if fill is None:
+    written = unechoed(draft.text, after)
+    if written is None:
         raise FillError(f"the new text for {name} repeats the code after the region; nothing written")
-    text = fit_region(fill, old, newline_of(source))
+    text = fit_region(written, old, newline_of(source))
     original = _check(source, language, region)
     checked = yield from repair_edit(
         filler, instruction, source, before + text + after, (a, a + len(text.encode())), language, original,
@@ -139,7 +152,7 @@ def edit(
         context_tokens=draft.context_tokens,
         region_tokens=draft.region_tokens,
         tokens=draft.tokens,
-        canvas=draft.masks,
+        masks=draft.masks,
         forward=draft.forward,
         seconds=draft.seconds,
         original_errors=None if original is None else original[0],
@@ -249,36 +262,57 @@ def repair(
             note = plan
             break
         # 2) fill, splice, check and judge, try after try, until one is kept
-        for attempt in range(1, tries + 1):
-            try:
-                fills = yield from filler.fill(plan, (number, attempt), origin)
-            except FillError as error:
-                note = f"stopped: {error}"
-                break
-            texts = [in_line_endings(t, newline_of(best)) for t in fills.texts]
-            where = [(s.start_byte, s.end_byte) for s in plan.spans]
-            candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
-            history.append(
-                RepairRound(
-                    number,
-                    attempt,
-                    tuple(best_issues),
-                    plan.spans,
-                    fills.tokens,
-                    fills.masks,
-                    fills.forward,
-                    len(found),
-                    kept,
-                    restored,
-                )  # fmt: skip
-            )
-            yield history[-1]
-            if kept:
-                best, best_issues = candidate, found
-                break
+        tried = round_tries(filler, plan, number, tries, best, best_issues, language, origin, hint)
+        records, kept, note = yield from tried
+        history += records
+        if kept is not None:
+            best, best_issues = kept
         if note:
             break
     yield summed(issues, best, best_issues, history, time.perf_counter() - began, note, filler.unit)
+
+
+def round_tries(
+    filler: Filler,
+    plan: Plan,
+    number: int,
+    tries: int,
+    best: str,
+    best_issues: list[Issue],
+    language: str,
+    origin: Origin,
+    hint: Issue | None,
+) -> Generator[Event, None, tuple[list[RepairRound], tuple[str, list[Issue]] | None, str]]:
+    """Round `number`'s tries: the filler fills the plan's spans, the fills are spliced into best,
+    checked and judged, until one is kept. Yields each try's events and its RepairRound; returns
+    the tries' records, the kept (code, issues) or None, and a note when a FillError stopped it."""
+    tried: list[RepairRound] = []
+    for attempt in range(1, tries + 1):
+        try:
+            fills = yield from filler.fill(plan, (number, attempt), origin)
+        except FillError as error:
+            return tried, None, f"stopped: {error}"
+        texts = [in_line_endings(t, newline_of(best)) for t in fills.texts]
+        where = [(s.start_byte, s.end_byte) for s in plan.spans]
+        candidate, found, kept, restored = judge(best, best_issues, where, texts, language, origin, hint)
+        tried.append(
+            RepairRound(
+                number,
+                attempt,
+                tuple(best_issues),
+                plan.spans,
+                fills.tokens,
+                fills.masks,
+                fills.forward,
+                len(found),
+                kept,
+                restored,
+            )  # fmt: skip
+        )
+        yield tried[-1]
+        if kept:
+            return tried, (candidate, found), ""
+    return tried, None, ""
 
 
 def summed(

@@ -141,11 +141,11 @@ class Describer:
 
     def __call__(self, event: Event, elapsed: float) -> Frame | None:
         match event:
-            case Started(span=(start, _), fill=fill, repair_round=round_):
+            case Started(span=(start, _), regions=regions, repair_round=round_):
                 self.start = start
                 if round_:
                     self._round += 1
-                    self._remasked = {p for a, b in fill for p in range(a, b)}
+                    self._remasked = {p for a, b in regions for p in range(a, b)}
                 return None
             case Step():
                 return self._step(event, elapsed)

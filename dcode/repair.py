@@ -5,7 +5,7 @@ the re-masked canvases (windows of a file longer than the context), the tokens a
 write, and the sampler settings of a round's later tries. The loop itself (rounds, tries, judging,
 the records) is dcode.flows.repair's, the same for every filler; which bytes a round re-masks and
 how new text is spliced back is dcode.spans' job, and sampling dcode.sampler's.
-dcode.pipeline.ModelFiller calls these. Knows nothing about prompt templates, files or the terminal."""
+dcode.localfill.LocalFiller calls these. Knows nothing about prompt templates, files or the terminal."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def fill(
         number, attempt = round_attempt
         yield Started((len(prompt_ids), len(refill.ids)), tuple(refill.regions), repair_round=number, attempt=attempt)
         last: Step | None = None
-        for last in denoise(model, refill.ids, len(prompt_ids), run, fill=masks, ban=ban):
+        for last in denoise(model, refill.ids, len(prompt_ids), run, masks=masks, ban=ban):
             yield last
         assert last is not None  # every span holds at least room(0) = 2 masks
         forward += last.forward

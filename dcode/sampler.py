@@ -151,15 +151,15 @@ def commit_rule_pass(
     readout: Readout,
     now: Pass,
     is_open: torch.Tensor,
-    plan: list[int],
+    counts: list[int],
     stable: torch.Tensor | None,
     choosing: Choosing,
 ) -> tuple[Commit, torch.Tensor | None]:
     """A token and a score for each open offset (n,) from the block's logits (row 0 of readout),
-    then the commit rule's pick: the plan's count of the best (LLaDA's schedule), those at least
-    as probable as the threshold (Fast-dLLM), those within the entropy bound (EB-sampler); or all
-    of them, greedily, on the block's last allowed pass or once its argmax is stable and confident
-    (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
+    then the commit rule's pick: the schedule's count of the best (`counts`, one a pass: LLaDA's
+    schedule), those at least as probable as the threshold (Fast-dLLM), those within the entropy
+    bound (EB-sampler); or all of them, greedily, on the block's last allowed pass or once its
+    argmax is stable and confident (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
     config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
     (s, e), whole = now.block, config.stop_entropy > 0  # the early stop reads the whole block
     read = torch.arange(e - s, device=offsets.device) if whole else offsets
@@ -177,7 +177,7 @@ def commit_rule_pass(
         every = torch.arange(len(offsets), device=offsets.device)
         return Commit(every, candidates.argmax(dim=-1), scores), stable
     if config.rule == "schedule":
-        count = plan[now.index] if now.index < len(plan) else len(offsets)
+        count = counts[now.index] if now.index < len(counts) else len(offsets)
         return Commit(commit_top(scores, count), tokens, scores), stable
     if config.rule == "threshold":
         picked = commit_threshold(chosen_probability(probs, tokens), scores, config.threshold)
@@ -335,7 +335,7 @@ def pad_after_end(canvas: torch.Tensor, is_open: torch.Tensor, start: int, ends:
 
 
 def check_arguments(
-    facts: ModelFacts, config: SamplerConfig, canvas: torch.Tensor, start: int, fill: torch.Tensor | None
+    facts: ModelFacts, config: SamplerConfig, canvas: torch.Tensor, start: int, masks: torch.Tensor | None
 ) -> None:
     if facts.shifted and start < 1:
         raise ValueError("a model with shifted logits needs at least one prompt token")
@@ -343,8 +343,8 @@ def check_arguments(
         raise ValueError("a uniform-noise model needs at least one prompt token as context")
     if config.rule == "verify" and facts.noise == "uniform":
         raise ValueError("the verify rule needs a masked-diffusion model (a uniform-noise model redraws its drafts)")
-    if fill is not None and fill.shape != canvas.shape:
-        raise ValueError(f"fill must have the canvas's shape {tuple(canvas.shape)}, got {tuple(fill.shape)}")
+    if masks is not None and masks.shape != canvas.shape:
+        raise ValueError(f"masks must have the canvas's shape {tuple(canvas.shape)}, got {tuple(masks.shape)}")
 
 
 def choosing_for(
@@ -418,13 +418,13 @@ def denoise(
     canvas: torch.Tensor,
     start: int,
     config: SamplerConfig,
-    fill: torch.Tensor | None = None,
+    masks: torch.Tensor | None = None,
     ban: Sequence[int] = (),
     least: int = 0,
 ) -> Iterator[Step]:
-    """Fill the positions `fill` marks in canvas[start:] and yield a Step after each forward pass.
+    """Fill the positions `masks` marks in canvas[start:] and yield a Step after each forward pass.
 
-    canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). fill (L,) bool
+    canvas (L,) holds the prompt in [0, start) and the answer region in [start, L). masks (L,) bool
     marks the positions to fill (default: those holding facts.mask_id), anywhere in the answer
     region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
     until committed. `ban`: token ids never written there (repair's retries ban what the checker
@@ -440,12 +440,12 @@ def denoise(
     facts, device = model.facts, model.device
     canvas = canvas.clone().to(device)  # (L,)
     length = len(canvas)
-    check_arguments(facts, config, canvas, start, fill)
+    check_arguments(facts, config, canvas, start, masks)
     gen = torch.Generator().manual_seed(config.seed)  # every random draw, in a fixed order
     verify = config.rule == "verify"
     origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
     forward = choose_forward(model, config, gen, origin)  # exact cache, window cache, full canvas or uniform noise
-    is_open = canvas == facts.mask_id if fill is None else fill.to(device=device, dtype=torch.bool, copy=True)  # (L,)
+    is_open = canvas == facts.mask_id if masks is None else masks.to(device=device, dtype=torch.bool, copy=True)  # (L,)
     is_open[:start] = False  # the prompt is never filled
     canvas[is_open] = facts.mask_id  # the placeholder every Step shows for a position still to fill
     open_total = int(is_open[start:].sum())
@@ -462,7 +462,7 @@ def denoise(
             continue
         # 1) the block's budget (blocks left to right: LLaDA's semi-autoregressive sampling): its share
         # of the fixed schedule's passes, and the passes DiffusionGemma's falling temperature spans
-        plan = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
+        counts = schedule_counts(in_block, max(1, round((config.steps or open_total) * in_block / max(1, open_total))))
         horizon = config.max_block_steps or in_block
         stable: torch.Tensor | None = None  # (e-s,) last pass's argmax, for the early stop
         drafts = ahead.pop(s, Drafts())
@@ -481,7 +481,7 @@ def denoise(
                 if next_drafts is not None:
                     ahead[e] = next_drafts
             else:
-                commit, stable = commit_rule_pass(readout, now, is_open, plan, stable, choosing)
+                commit, stable = commit_rule_pass(readout, now, is_open, counts, stable, choosing)
             positions = open_offsets[commit.picked] + s  # (k,)
             canvas[positions] = commit.tokens[commit.picked]
             is_open[positions] = False

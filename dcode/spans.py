@@ -4,7 +4,7 @@ Owns: widening an issue's span per repair round (the first round its focus line,
 enclosing statement and the line before, the third on the enclosing block, or for a draft the rest
 of it), the lines a fix in a user's file may change, merging spans, splicing new text into them,
 and fitting a filled region or line span to the text around it. Used by the local repair and edit
-(dcode.repair, dcode.pipeline) and by the same commands through an endpoint (dcode.remote), so it
+(dcode.repair, dcode.localfill) and by the same commands through an endpoint (dcode.remote), so it
 imports no torch: only dcode.syntax. Knows nothing about tokens, models, files or the terminal.
 """
 

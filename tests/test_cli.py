@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dcode import pipeline, sampler
+from dcode import localfill, sampler
 from dcode.cli import app
 from dcode.config import ORDERINGS, RULES, SamplerConfig
 from dcode.dtypes import cpu_dtype
@@ -715,7 +715,7 @@ def interrupt_after_first_step(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             raise KeyboardInterrupt
 
     monkeypatch.setattr(sampler, "denoise", interrupted)
-    monkeypatch.setattr(pipeline, "denoise", interrupted)
+    monkeypatch.setattr(localfill, "denoise", interrupted)
     return steps
 
 

@@ -334,7 +334,7 @@ def test_fill_marks_positions_explicitly() -> None:
     canvas = torch.arange(START + ANSWER) + 10  # no placeholder anywhere: fill says what to redo
     fill = torch.zeros(START + ANSWER, dtype=torch.bool)
     fill[9:12] = True
-    steps: list[Step] = list(denoise(fake, canvas, START, one_per_pass(), fill=fill))
+    steps: list[Step] = list(denoise(fake, canvas, START, one_per_pass(), masks=fill))
     assert sum(len(s.committed) for s in steps) == 3 and {s.block for s in steps} == {(5, 13)}
     assert (steps[0].canvas[9:12] == fake.facts.mask_id).sum() == 2  # unfilled positions show the placeholder
     kept = torch.ones(START + ANSWER, dtype=torch.bool)
@@ -342,7 +342,7 @@ def test_fill_marks_positions_explicitly() -> None:
     assert torch.equal(steps[-1].canvas[kept], canvas[kept])
     assert torch.equal(fake.fed[0][1][~fill[5:13]], canvas[5:13][~fill[5:13]])  # the rest of the canvas is fed as is
     with pytest.raises(ValueError, match="shape"):
-        list(denoise(fake, canvas, START, one_per_pass(), fill=fill[:-1]))
+        list(denoise(fake, canvas, START, one_per_pass(), masks=fill[:-1]))
     with pytest.raises(ValueError, match="prompt token"):
         list(denoise(fake, fake_canvas(fake), 0, one_per_pass()))
 

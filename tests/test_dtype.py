@@ -10,11 +10,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from dcode import models, pipeline
+from dcode import flows, models
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.dtypes import native_bfloat16, parse_cpu_flags, resolve_dtype, running_dtype
 from dcode.events import Finished, drain
+from dcode.localfill import LocalFiller
 from dcode.testing import checkpoints as tiny
 
 SAPPHIRE_RAPIDS = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -91,7 +92,7 @@ def test_every_family_runs_in_bfloat16_on_the_cpu(family: str, tmp_path: Path) -
         # families without q/k norms (LLaDA at seed 10, Stable-DiffCoder at seed 3); 6% bounds it.
         assert (a.float() - b).abs().max() < 0.06 * b.abs().max() + 0.05
     config = SamplerConfig(rule="threshold", threshold=0.5) if family == "diffusion_gemma" else SamplerConfig()
-    finished = drain(pipeline.new(low, "add two numbers", "python", 16, config, 0), result=Finished)
+    finished = drain(flows.new(LocalFiller(low, config), "add two numbers", "python", 16, 0), result=Finished)
     assert finished.forward >= 1 and finished.tokens <= 16
 
 

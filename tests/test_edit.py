@@ -1,5 +1,5 @@
 """`dcode edit`: regions (--lines, --symbol in several languages), diffs, backups and in-place
-writes as pure functions; pipeline.edit over the real sampler with a scripted model and with the
+writes as pure functions; flows.edit over the real sampler with a scripted model and with the
 embedded dcode-tiny; the command through Typer's CliRunner (those tests run once `edit` is
 registered in dcode.cli).
 
@@ -20,7 +20,7 @@ from conftest import ScriptedDenoiser
 from typer.testing import CliRunner
 
 import dcode
-from dcode import pipeline, spans
+from dcode import flows, localfill, spans
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import (
@@ -37,6 +37,7 @@ from dcode.edit import (
     write_in_place,
 )
 from dcode.events import Edited, Started, Step
+from dcode.localfill import LocalFiller
 from dcode.syntax import find_issues
 
 PAD, EOS, MASK = 0, 1, 2  # dcode-tiny's special tokens
@@ -71,7 +72,7 @@ SUM3 = "def add(a, b, c=0):\n    total = a + b\n    return total + c"  # 24 toke
 
 def run_edit(model, source: str, region: tuple[int, int], instruction: str = "fix add", **kwargs) -> list:
     language = kwargs.pop("language", "python")
-    return list(pipeline.edit(model, source, region, instruction, language, SamplerConfig(), **kwargs))
+    return list(flows.edit(LocalFiller(model, SamplerConfig()), source, region, instruction, language, **kwargs))
 
 
 def assert_outside_identical(old: str, new: str, region: tuple[int, int], new_region: tuple[int, int]) -> None:
@@ -401,7 +402,7 @@ def test_edit_module_stays_light() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# pipeline.edit with a scripted model
+# flows.edit with a scripted model
 
 
 def test_a_symbol_is_rewritten_and_every_other_byte_kept(tokenizer) -> None:
@@ -417,7 +418,7 @@ def test_a_symbol_is_rewritten_and_every_other_byte_kept(tokenizer) -> None:
     assert (done.original_errors, done.errors_after, done.repair, done.forward) == (0, 0, None, 1)
     region_tokens = len(tokenizer.encode(ADD, add_special_tokens=False))
     assert done.region_tokens == region_tokens
-    assert done.canvas == pipeline.edit_budget(region_tokens) == region_tokens + 16
+    assert done.masks == localfill.edit_budget(region_tokens) == region_tokens + 16
     assert done.tokens == len(tokenizer.encode(SUM, add_special_tokens=False))
 
 
@@ -427,9 +428,9 @@ def test_the_canvas_is_prompt_text_before_masks_text_after(tokenizer) -> None:
     done = run_edit(model, SOURCE, region, "make add add")[-1]
     encode = lambda text: tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
     data = SOURCE.encode()
-    prompt = pipeline.prompt_ids(model, "make add add", "python")
+    prompt = localfill.prompt_ids(model, "make add add", "python")
     before, after = encode(data[: region[0]].decode()), encode(data[region[1] :].decode())
-    assert model.seen[0] == prompt + before + [MASK] * done.canvas + after
+    assert model.seen[0] == prompt + before + [MASK] * done.masks + after
     assert (done.prompt_tokens, done.context_tokens) == (len(prompt), len(before) + len(after))
     assert "make add add" in tokenizer.decode(prompt)
 
@@ -465,13 +466,13 @@ def test_end_and_pad_tokens_are_dropped_anywhere(tokenizer) -> None:
 
 def test_an_end_token_in_the_region_does_not_end_the_file(tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
     configs: list[SamplerConfig] = []
-    real = pipeline.denoise
+    real = localfill.denoise
 
-    def spy(model, canvas, start, config, fill=None):
+    def spy(model, canvas, start, config, masks=None):
         configs.append(config)
-        return real(model, canvas, start, config, fill=fill)
+        return real(model, canvas, start, config, masks=masks)
 
-    monkeypatch.setattr(pipeline, "denoise", spy)
+    monkeypatch.setattr(localfill, "denoise", spy)
     run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, parse_lines("9-10", SOURCE))
     assert [c.stop_at_eos for c in configs] == [False]
 
@@ -495,7 +496,7 @@ def test_a_language_dcode_cannot_check_is_edited_unchecked(tokenizer) -> None:
 def test_the_whole_file_and_an_explicit_length(tokenizer) -> None:
     new = "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))"
     done = run_edit(ScriptedDenoiser(tokenizer, new), SOURCE, (0, len(SOURCE.encode())), length=40)[-1]
-    assert done.code == new + "\n" and done.canvas == 40 and done.new_region == (0, len(done.code))
+    assert done.code == new + "\n" and done.masks == 40 and done.new_region == (0, len(done.code))
     cut = run_edit(ScriptedDenoiser(tokenizer, new), SOURCE, (0, len(SOURCE.encode())), length=5)[-1]
     first = tokenizer.decode(tokenizer.encode(new, add_special_tokens=False)[:5])
     assert cut.tokens == 5 and cut.code == first.rstrip() + "\n"  # the masks bound the edit
@@ -546,18 +547,18 @@ def test_no_repair_when_rounds_are_zero_and_broke_is_reported(tokenizer) -> None
 
 def test_inputs_the_model_cannot_serve(tokenizer) -> None:
     whole = (0, len(SOURCE.encode()))
-    with pytest.raises(pipeline.InputError, match=r"^the instruction is empty$"):
+    with pytest.raises(flows.InputError, match=r"^the instruction is empty$"):
         run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, whole, " \n")
     small = ScriptedDenoiser(tokenizer, SUM, max_length=40)
-    prompt = len(pipeline.prompt_ids(small, "fix add", "python"))
-    with pytest.raises(pipeline.InputError) as caught:  # a region that itself does not fit
+    prompt = len(localfill.prompt_ids(small, "fix add", "python"))
+    with pytest.raises(flows.InputError) as caught:  # a region that itself does not fit
         run_edit(small, SOURCE, find_symbol(SOURCE, "python", "Stack"), name="app.py")
     region_tokens = len(tokenizer.encode(SOURCE[SOURCE.index("class Stack") :], add_special_tokens=False))
     assert str(caught.value) == (
         f"the region (lines 13-22 of app.py) is {region_tokens} tokens; with the {prompt}-token prompt that "
         f"exceeds the model's context of 40 tokens by {prompt + region_tokens - 40} (select fewer lines)"
     )
-    with pytest.raises(pipeline.InputError, match=r"^--length 9999 plus the"):
+    with pytest.raises(flows.InputError, match=r"^--length 9999 plus the"):
         run_edit(ScriptedDenoiser(tokenizer, SUM), SOURCE, whole, length=9999)
     assert small.seen == []
 
@@ -568,14 +569,14 @@ def test_the_region_keeps_its_room_and_the_context_gives_way(tokenizer) -> None:
     needed = run_edit(fixed, SOURCE, region)[-1]
     limit = needed.prompt_tokens + needed.context_tokens + needed.region_tokens + 3  # room for 3 more
     done = run_edit(ScriptedDenoiser(tokenizer, SUM, max_length=limit), SOURCE, region)[-1]
-    assert done.canvas == pipeline.edit_budget(needed.region_tokens)
+    assert done.masks == localfill.edit_budget(needed.region_tokens)
     assert done.extra["window"]["whole_file"] is False
-    assert done.prompt_tokens + done.context_tokens + done.canvas <= limit
+    assert done.prompt_tokens + done.context_tokens + done.masks <= limit
     assert done.code == needed.code  # the same edit, from less context
 
 
 # ---------------------------------------------------------------------------------------------
-# pipeline.edit with the embedded model
+# flows.edit with the embedded model
 
 
 @pytest.fixture(scope="module")
@@ -593,7 +594,7 @@ def test_embedded_model_edits_a_symbol_and_keeps_the_rest(tiny) -> None:
     draft = [e for e in events if isinstance(e, Step)][: done.forward]
     assert len(draft) == done.forward >= 1 and draft[-1].masked == 0
     assert_outside_identical(SOURCE, done.code, region, done.new_region)
-    assert done.canvas == pipeline.edit_budget(done.region_tokens)
+    assert done.masks == localfill.edit_budget(done.region_tokens)
     assert done.original_errors == 0
     assert done.errors_after == len(find_issues(done.code, "python"))
     new = region_text(done.code, done.new_region)
@@ -796,7 +797,7 @@ class TestCommand:
         made = scripted(SUM, max_length=40)
         result = self.edit(["app.py", "--instruct", "x"])
         file_tokens = len(tokenizer.encode(SOURCE, add_special_tokens=False))
-        prompt = len(pipeline.prompt_ids(made[-1], "x", "python"))
+        prompt = len(localfill.prompt_ids(made[-1], "x", "python"))
         assert result.exit_code == 2 and result.stdout == ""
         assert result.stderr == (
             f"dcode: error: app.py is {file_tokens} tokens; with the {prompt}-token prompt that exceeds "

@@ -542,7 +542,7 @@ def run_of(output: str, code: int = 1, timed_out: bool = False) -> fixloop.Run:
     ],
 )
 def test_judging_a_round(new: fixloop.Run, best: fixloop.Run, judged: str) -> None:
-    assert fixloop.judge(new, best) == judged
+    assert fixloop.compare(new, best) == judged
 
 
 def test_paths_printed_from_the_runners_root_find_the_named_file(tmp_path: Path) -> None:

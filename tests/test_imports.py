@@ -49,8 +49,8 @@ def heavy_modules_after(
 
 
 def test_the_probe_sees_heavy_imports() -> None:
-    """The check below can fail: importing the pipeline does pull torch in."""
-    done, heavy = heavy_modules_after("import dcode.pipeline")
+    """The check below can fail: importing the local filler does pull torch in."""
+    done, heavy = heavy_modules_after("import dcode.localfill")
     assert done.returncode == 0, done.stderr
     assert "torch" in heavy
 
@@ -190,10 +190,10 @@ def all_imports(name: str) -> set[str]:
 
 
 def test_the_walker_sees_the_package() -> None:
-    assert {"dcode.cli", "dcode.config", "dcode.sampler", "dcode.pipeline", "dcode.models.base"} <= set(MODULES)
+    assert {"dcode.cli", "dcode.config", "dcode.sampler", "dcode.localfill", "dcode.models.base"} <= set(MODULES)
     # lazy imports inside functions count: the CLI loads these only in its commands
     cli_imports = set().union(*(dcode_imports(m) for m in CLI))
-    assert {"dcode.config", "dcode.pipeline", "dcode.files", "dcode.syntax", "dcode.models"} <= cli_imports
+    assert {"dcode.config", "dcode.localfill", "dcode.files", "dcode.syntax", "dcode.models"} <= cli_imports
     assert {"dcode.cli", "dcode.cli.generate", "dcode.cli.checking", "dcode.cli.editing"} <= set(CLI)
     assert "typer" in all_imports("dcode.cli.app")
 
@@ -217,7 +217,7 @@ def test_bottom_modules_import_nothing_above_them(module: str, allowed: set[str]
     assert dcode_imports(module) <= allowed
 
 
-ABOVE_MODELS = ("dcode.pipeline", "dcode.cli", "dcode.tui", "dcode.render", "dcode.repair")
+ABOVE_MODELS = ("dcode.localfill", "dcode.flows", "dcode.cli", "dcode.tui", "dcode.render", "dcode.repair")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("dcode.models")))
@@ -337,8 +337,9 @@ def test_nothing_imports_the_cli() -> None:
     assert [m for m in MODULES if not in_cli(m) and any(in_cli(i) for i in dcode_imports(m))] == []
 
 
-def test_pipeline_does_not_import_the_layers_above_it() -> None:
-    assert not {m for m in dcode_imports("dcode.pipeline") if m.startswith(("dcode.cli", "dcode.tui", "dcode.render"))}
+@pytest.mark.parametrize("module", ["dcode.localfill", "dcode.flows"])
+def test_the_flows_and_the_local_filler_do_not_import_the_layers_above_them(module: str) -> None:
+    assert not {m for m in dcode_imports(module) if m.startswith(("dcode.cli", "dcode.tui", "dcode.render"))}
 
 
 def test_only_the_cli_imports_typer_or_click() -> None:

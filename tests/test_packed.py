@@ -14,7 +14,7 @@ from dcode.bench.answers import answered
 from dcode.config import SamplerConfig
 from dcode.forward import ExactCache, PackedRows, Pass, choose_forward
 from dcode.models import load, native
-from dcode.serve.batching import BatchingDenoiser, Call, Layout, run_heads, run_packed
+from dcode.serve.batching import BatchingDenoiser, Call, run_heads
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_no_pack_feeds_the_rows_as_a_batch(tiny) -> None:
 
 def packed_call(
     tiny, cached: int, rows: int, gen: torch.Generator, last: int = 32
-) -> tuple[Call, torch.Tensor, native.NativeCache]:
+) -> tuple[native.PackedCall, torch.Tensor, native.NativeCache]:
     """A packed call laid out as PackedRows lays out a verify pass, and the hidden states and cache
     NativeDenoiser.packed gives it alone: `cached` positions cached (in 16s: cropped at attention
     blocks), a finished block fed again (segment 0), then `rows` rows from the next block's
@@ -132,7 +132,7 @@ def packed_call(
     positions = torch.cat([torch.arange(cached, b), *(torch.arange(b, end) for end in ends)])  # (N,)
     segments = torch.cat([torch.zeros(16), *(torch.full((end - b,), r + 1) for r, end in enumerate(ends))]).long()
     ids = torch.randint(3, 8000, (len(positions),), generator=gen)
-    return Call(ids, cache, "packed", Layout(positions, segments, 0)), tiny.packed(ids, positions, segments, twin), twin
+    return native.PackedCall(ids, positions, segments, cache), tiny.packed(ids, positions, segments, twin), twin
 
 
 def same_caches(a: native.NativeCache, b: native.NativeCache) -> bool:
@@ -146,9 +146,9 @@ def test_a_batched_packed_forward_gives_each_call_its_hidden_states_bit_for_bit(
     (112 keys at most: see the next test for more than 192)."""
     gen = torch.Generator().manual_seed(0)
     made = [packed_call(tiny, cached, 2, gen) for cached in (16, 0, 48)]
-    run_packed(tiny, [call for call, _, _ in made])
-    for call, hidden, twin in made:
-        assert call.result is not None and torch.equal(call.result, hidden)
+    results = tiny.batched_packed([call for call, _, _ in made])
+    for (call, hidden, twin), result in zip(made, results, strict=True):
+        assert torch.equal(result, hidden)
         assert same_caches(call.cache, twin)
 
 
@@ -161,10 +161,10 @@ def test_packed_calls_of_other_lengths_or_long_caches_never_see_the_padding(tiny
     seen would be off by far more."""
     gen = torch.Generator().manual_seed(1)
     made = [packed_call(tiny, 0, 1, gen), packed_call(tiny, 160, 2, gen), packed_call(tiny, 16, 1, gen, last=4)]
-    run_packed(tiny, [call for call, _, _ in made])
-    for call, hidden, twin in made:
-        assert call.result is not None and call.result.shape == hidden.shape
-        assert torch.allclose(call.result, hidden, rtol=0, atol=2e-5)
+    results = tiny.batched_packed([call for call, _, _ in made])
+    for (call, hidden, twin), result in zip(made, results, strict=True):
+        assert result.shape == hidden.shape
+        assert torch.allclose(result, hidden, rtol=0, atol=2e-5)
         assert call.cache.length == twin.length
 
 

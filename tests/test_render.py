@@ -233,7 +233,7 @@ def test_describer_settles_on_the_finished_code():
     describer(draft_started(), 0.0)
     describer(step(MID, committed=[4], forward=3), 0.4)
     code = "def add(a, b):\n    return a + b\n"
-    settled = describer(Finished(code=code, prompt_tokens=2, tokens=9, canvas=11, forward=4, seconds=0.5), 0.5)
+    settled = describer(Finished(code=code, prompt_tokens=2, tokens=9, masks=11, forward=4, seconds=0.5), 0.5)
     assert settled is not None and settled.settled and settled.masked == 0
     # the numbers of the summary line, not the view's running count (one pass seen here)
     assert (settled.forward, settled.filled, settled.elapsed) == (4, 9, 0.5)

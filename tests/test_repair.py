@@ -10,12 +10,13 @@ import pytest
 from conftest import ScriptedDenoiser, benchmark_module
 
 import dcode
+from dcode import flows
 from dcode.config import SamplerConfig
 from dcode.events import Repaired, RepairRound, Started, Step, drain
 from dcode.fixes import confined, deleted, narrowest, resembles
 from dcode.linediff import hunks
+from dcode.localfill import LocalFiller
 from dcode.models.base import ModelFacts
-from dcode.pipeline import repair
 from dcode.repair import (
     byte_offsets,
     culprits,
@@ -45,7 +46,8 @@ def run(
     model: ScriptedDenoiser, code: str, language: str = "python", rounds: int = 3, tries: int = 1, origin="file"
 ) -> list:
     prompt = model.tokenizer.encode("# a helper module\n", add_special_tokens=False)
-    return list(repair(model, prompt, code, language, SamplerConfig(), rounds=rounds, tries=tries, origin=origin))
+    filler = LocalFiller(model, SamplerConfig(), prompt)
+    return list(flows.repair(filler, code, language, "", rounds=rounds, tries=tries, origin=origin))
 
 
 def test_repair_fixes_the_span_and_copies_every_other_byte(tokenizer) -> None:
@@ -321,7 +323,7 @@ def test_round_events_carry_the_right_counts(tokenizer) -> None:
             steps_since += 1
             continue
         assert started is not None and (started.repair_round, started.attempt) == (event.round, event.attempt)
-        assert sum(b - a for a, b in started.fill) == event.masks  # the Started names every mask
+        assert sum(b - a for a, b in started.regions) == event.masks  # the Started names every mask
         rounds.append(event)
         assert event.forward == steps_since  # one Step per forward pass, all re-yielded
         steps_since = 0

@@ -448,7 +448,7 @@ def test_verify_samples_what_one_pass_per_token_samples(layout: str, floor: floa
 def verify_answer(layout: str, seed: int, canvas: torch.Tensor, fill: torch.Tensor, **settings) -> torch.Tensor:
     model = make_fake(layout, seed=seed, scale=3.0)  # sure enough of its choices that drafts stand
     config = SamplerConfig(rule="verify", draft_floor=0.0, seed=seed, block=LAYOUTS[layout][1], **settings)
-    return drain(denoise(model, canvas, START, config, fill=fill)).canvas
+    return drain(denoise(model, canvas, START, config, masks=fill)).canvas
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))

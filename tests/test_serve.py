@@ -28,17 +28,17 @@ import torch
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
-from dcode import pipeline  # noqa: E402
+from dcode import flows, localfill  # noqa: E402
 from dcode.config import SamplerConfig, merge_family_defaults  # noqa: E402
 from dcode.events import Finished, Step, drain  # noqa: E402
+from dcode.localfill import LocalFiller  # noqa: E402
 from dcode.models import load  # noqa: E402
 from dcode.render import Describer, Frame  # noqa: E402
 from dcode.sampler import denoise  # noqa: E402
 from dcode.serve import jobs, wire  # noqa: E402
 from dcode.serve.app import create_app  # noqa: E402
-from dcode.serve.batching import BatchingDenoiser, Call, RequestCancelled, run_native  # noqa: E402
+from dcode.serve.batching import BatchingDenoiser, RequestCancelled  # noqa: E402
 from dcode.serve.engine import Engine  # noqa: E402
-from dcode.serve.replies import fill_middle  # noqa: E402
 
 KEY = "test-key"
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def server() -> Iterator[Served]:
 
 def local_new(engine: Engine, request: str, length: int = 48) -> Finished:
     """What `dcode new --no-repair --length N` writes for the request, with the server's settings."""
-    *_, done = pipeline.new(engine.model, request, "python", length, engine.config, 0)
+    *_, done = flows.new(LocalFiller(engine.model, engine.config), request, "python", length, 0)
     assert isinstance(done, Finished)
     return done
 
@@ -126,17 +126,26 @@ def test_openai_client_chat_streamed_and_not(server: Served) -> None:
     assert [m.id for m in client.models.list()] == ["dcode-tiny"]
 
 
+def test_a_completion_beyond_the_context_is_refused_by_the_flows_room_check(server: Served) -> None:
+    """The server's refusal is flows.check_room's, the length named as the request names it."""
+    engine = server.engine
+    body = {"prompt": "def f(x):\n", "suffix": "\n", "max_tokens": 5000}
+    with pytest.raises(jobs.BadRequest) as refused:
+        engine.prepare(jobs.parse("text", body, engine.served))
+    prompt = len(engine.model.tokenizer.encode("def f(x):\n", add_special_tokens=False)) + 1
+    assert (refused.value.param, refused.value.code) == ("max_tokens", "context_length_exceeded")
+    assert refused.value.message == (
+        f"max_tokens 5000 plus the {prompt}-token prompt exceeds the model's context of 2048 tokens "
+        f"(at most {2048 - prompt} fit)"
+    )
+
+
 def test_completions_with_suffix_fill_the_middle(server: Served) -> None:
     engine = server.engine
     prefix, suffix = "def add(a, b):\n", "\n\nprint(add(1, 2))\n"
     encode = engine.model.tokenizer.encode
-    *_, done = fill_middle(
-        engine.model,
-        encode(prefix, add_special_tokens=False),
-        encode(suffix, add_special_tokens=False),
-        12,
-        engine.config,
-    )
+    ids = encode(prefix, add_special_tokens=False), encode(suffix, add_special_tokens=False)
+    *_, done = flows.complete(LocalFiller(engine.model, engine.config, *ids), 12)
     assert isinstance(done, Finished) and done.code.strip()
     client = server.client()
     answer = client.completions.create(model="dcode-tiny", prompt=prefix, suffix=suffix, max_tokens=12)
@@ -160,7 +169,7 @@ def test_diffusing_stream_frames_equal_the_local_view(server: Served) -> None:
         device="cpu",
         hidden=facts.eos_ids | {facts.pad_id},
     )
-    events = list(pipeline.new(engine.model, request, "python", 40, engine.config, 0))
+    events = list(flows.new(LocalFiller(engine.model, engine.config), request, "python", 40, 0))
     local = [frame for e in events if (frame := describer(e, 0.0)) is not None and isinstance(e, Step)]
     body = {"messages": [{"role": "user", "content": request}], "max_tokens": 40, "stream": True, "diffusing": True}
     with httpx2.stream(
@@ -197,7 +206,7 @@ def test_batched_forwards_equal_unbatched(server: Served, draft: int | None) -> 
     prompts = ["fizzbuzz", "binary search", "fizzbuzz", "binary search"]
     canvases = []
     for p in prompts:
-        ids = pipeline.prompt_ids(model, p, "python")
+        ids = localfill.prompt_ids(model, p, "python")
         canvases.append((torch.tensor(ids + [facts_mask(model)] * 24), len(ids)))
     alone = [drain(denoise(model, c, s, config)) for c, s in canvases]
     batcher = BatchingDenoiser(model, wait=2.0)  # a long wait: every worker's call joins the round
@@ -220,7 +229,7 @@ def test_batched_forwards_equal_unbatched(server: Served, draft: int | None) -> 
 def test_a_cancelled_request_stops_at_its_next_packed_or_head_call(server: Served) -> None:
     model, config = server.engine.model, server.engine.config
     batcher = BatchingDenoiser(model)
-    ids = pipeline.prompt_ids(model, "fizzbuzz", "python")
+    ids = localfill.prompt_ids(model, "fizzbuzz", "python")
     cancelled = threading.Event()
     with batcher.worker(cancelled):
         steps = denoise(batcher, torch.tensor(ids + [facts_mask(model)] * 24), len(ids), config)
@@ -243,10 +252,10 @@ def facts_mask(model: Any) -> int:
 def test_under_load_the_verify_rule_drafts_less_unless_the_request_chose(server: Served) -> None:
     engine = server.engine
     assert engine.config.rule == "verify" and engine.config.draft > 0
-    plain = engine.plan(jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}]}, "dcode-tiny"))
+    plain = engine.prepare(jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}]}, "dcode-tiny"))
     assert engine.under_load(plain).config.draft == 0
     body = {"messages": [{"role": "user", "content": "f"}], "dcode": {"draft": 4}}
-    chosen = engine.plan(jobs.parse("chat", body, "dcode-tiny"))
+    chosen = engine.prepare(jobs.parse("chat", body, "dcode-tiny"))
     assert engine.under_load(chosen).config.draft == 4
 
 
@@ -427,16 +436,16 @@ def test_a_request_arriving_after_the_cut_is_refused_not_run(server: Served) -> 
     """A request still being tokenized when the grace period ran out reaches submit() after
     cancel_all(): it gets the 503 of a cut request instead of running whole past the cut."""
     engine = Engine(server.engine.model, server.engine.config, length=8)
-    plan = engine.plan(jobs.parse("text", {"prompt": "def f(x):\n", "max_tokens": 8}, engine.served))
+    prepared = engine.prepare(jobs.parse("text", {"prompt": "def f(x):\n", "max_tokens": 8}, engine.served))
     engine.cancel_all()
     emitted: list[str] = []
     with pytest.raises(jobs.BadRequest) as refused:
-        engine.submit(plan, lambda kind, item: emitted.append(kind))
+        engine.submit(prepared, lambda kind, item: emitted.append(kind))
     assert (refused.value.status, refused.value.code, emitted) == (503, "server_shutdown", [])
 
 
 def test_one_forward_for_calls_at_different_cache_and_input_lengths(server: Served) -> None:
-    """run_native's rows equal each call run alone: caches of 0, 16 and 40 positions, inputs of
+    """NativeDenoiser.batched's rows equal each call run alone: caches of 0, 16 and 40 positions, inputs of
     20, 16 and 8 tokens, 1, 3 and 2 rows (padding and the other rows are never seen)."""
     model = server.engine.model
     gen = torch.Generator().manual_seed(0)
@@ -449,13 +458,13 @@ def test_one_forward_for_calls_at_different_cache_and_input_lengths(server: Serv
             model(prefix, twin)
         ids = torch.randint(3, 8000, (rows, width), generator=gen)
         alone.append((model(ids, twin), twin))
-        calls.append(Call(ids, cache))
-    run_native(model, calls)
-    for call, (logits, twin) in zip(calls, alone, strict=True):
-        assert call.result is not None and torch.allclose(call.result, logits, atol=1e-4)
-        assert call.cache.length == twin.length
+        calls.append((ids, cache))
+    results = model.batched(calls)
+    for (_, cache), result, (logits, twin) in zip(calls, results, alone, strict=True):
+        assert torch.allclose(result, logits, atol=1e-4)
+        assert cache.length == twin.length
         assert all(
             torch.allclose(a, b, atol=1e-5)
-            for x, y in zip(call.cache.layers, twin.layers, strict=True)
+            for x, y in zip(cache.layers, twin.layers, strict=True)
             for a, b in zip(x, y, strict=True)
         )

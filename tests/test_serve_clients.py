@@ -22,11 +22,12 @@ import test_serve  # noqa: E402
 from test_serve import CHAT, KEY, Served, post  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from dcode import pipeline  # noqa: E402
+from dcode import flows, localfill  # noqa: E402
 from dcode.cli import app  # noqa: E402
 from dcode.cli.serving import required_key  # noqa: E402
 from dcode.config import merge_family_defaults  # noqa: E402
 from dcode.events import Finished  # noqa: E402
+from dcode.localfill import LocalFiller  # noqa: E402
 from dcode.options import sampler_settings  # noqa: E402
 from dcode.serve import conversation, jobs  # noqa: E402
 from dcode.serve.replies import cut_at_stop  # noqa: E402
@@ -108,16 +109,16 @@ def test_an_aider_conversation_is_answered_from_all_its_turns(server: Served) ->
     messages = tuple((m["role"], m["content"]) for m in AIDER)
     whole = conversation.prompt_ids(engine.model, messages, "python", 48)
     assert whole.dropped == 0
-    text = pipeline.decode(engine.model, whole.ids)
+    text = localfill.decode(engine.model, whole.ids)
     assert all(m["content"].strip() in text for m in AIDER[1:])  # the file, the history, the request
     assert AIDER[0]["content"] not in text  # dcode-tiny's template has no place for it: its prompt stands in
-    alone = pipeline.prompt_ids(engine.model, AIDER[-1]["content"], "python")
+    alone = localfill.prompt_ids(engine.model, AIDER[-1]["content"], "python")
     assert len(whole.ids) > len(alone) + 50
     answer = post(server.url, CHAT, {"model": "dcode-tiny", "messages": AIDER, "max_tokens": 48})
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["usage"]["prompt_tokens"] == len(whole.ids) and "warning" not in body
-    *_, local = pipeline.new(engine.model, AIDER[-1]["content"], "python", 48, engine.config, 0, prompt=whole.ids)
+    *_, local = flows.new(LocalFiller(engine.model, engine.config, whole.ids), AIDER[-1]["content"], "python", 48, 0)
     assert isinstance(local, Finished) and body["choices"][0]["message"]["content"] == local.code
 
 
@@ -135,7 +136,7 @@ def test_a_conversation_over_the_context_loses_its_oldest_turns_and_says_so(serv
     assert "oldest messages" in body["warning"] and answer.headers["x-dcode-warning"] == body["warning"]
     assert body["usage"]["prompt_tokens"] + 64 <= 2048
     kept = conversation.prompt_ids(server.engine.model, jobs.conversation({"messages": messages}), "python", 64)
-    text = pipeline.decode(server.engine.model, kept.ids)
+    text = localfill.decode(server.engine.model, kept.ids)
     assert "the last request" in text and "answer 39" in text
     assert "question 0:" not in text and kept.dropped % 2 == 0  # whole turns, oldest first
     assert body["usage"]["prompt_tokens"] == len(kept.ids)
@@ -193,12 +194,12 @@ def test_created_is_one_value_through_a_stream(server: Served) -> None:
 def test_a_requests_threshold_switches_the_rule_as_the_flag_does(server: Served) -> None:
     engine = server.engine
     assert engine.config.rule == "verify"  # dcode-tiny's family default
-    plan = engine.plan(
+    prepared = engine.prepare(
         jobs.parse("chat", {"messages": [{"role": "user", "content": "f"}], "dcode": {"threshold": 0.5}}, "dcode-tiny")
     )
     flag = merge_family_defaults(sampler_settings({"threshold": 0.5}), {"threshold"}, engine.model.facts.defaults)
-    assert plan.config == flag and plan.config.rule == "threshold" and plan.config.threshold == 0.5
-    chosen = engine.plan(
+    assert prepared.config == flag and prepared.config.rule == "threshold" and prepared.config.threshold == 0.5
+    chosen = engine.prepare(
         jobs.parse(
             "chat",
             {"messages": [{"role": "user", "content": "f"}], "dcode": {"threshold": 0.5, "strategy": "verify"}},
@@ -206,7 +207,7 @@ def test_a_requests_threshold_switches_the_rule_as_the_flag_does(server: Served)
         )
     )
     assert chosen.config.rule == "verify"  # a strategy given keeps its rule, as --strategy does
-    hot = engine.plan(
+    hot = engine.prepare(
         jobs.parse(
             "chat", {"messages": [{"role": "user", "content": "f"}], "dcode": {"temperature": 3.5}}, "dcode-tiny"
         )

@@ -573,12 +573,12 @@ def test_packed_rows_are_whole_sequences_cut_to_the_context(tokenizer: Tokenizer
 
 
 def test_canvases_rows_are_prompt_code_eos_pad(tokenizer: Tokenizer, examples: Examples) -> None:
-    canvas = 32
+    length = 32
     lengths = examples.code_lengths()
-    assert (lengths > canvas).any() and (lengths <= canvas).any()  # both kinds are in the data
+    assert (lengths > length).any() and (lengths <= length).any()  # both kinds are in the data
     batcher = TrainingBatches(examples, tokenizer, seed=0)
     for _ in range(5):
-        ids, answer = batcher.canvases(6, canvas)
+        ids, answer = batcher.canvases(6, length)
         assert ids.shape == answer.shape and answer.dtype == torch.bool
         starts = []
         for row, mask in zip(ids.tolist(), answer.tolist(), strict=True):
@@ -593,10 +593,10 @@ def test_canvases_rows_are_prompt_code_eos_pad(tokenizer: Tokenizer, examples: E
                 and examples.code(i).tolist() == row[start : end + 1]
             ]
             assert match, "the row is not prompt, code, EOS of one example"
-            assert lengths[match[0]] <= canvas
+            assert lengths[match[0]] <= length
             assert row[end + 1 :] == [0] * (len(row) - end - 1)
             assert mask == [k >= start for k in range(len(row))]
-        assert ids.shape[1] == max(starts) + canvas
+        assert ids.shape[1] == max(starts) + length
 
 
 # ---------------------------------------------------------------------------------------------
@@ -712,7 +712,7 @@ def test_fit_options_reach_the_training_config() -> None:
     assert train_config(command_line().parse_args(["fit"])) == TrainConfig()
     args = ["fit", "--lr", "3e-4", "--certainty", "0.5", "--canvases", "64,128", "--t-min", "0.4"]
     config = train_config(command_line().parse_args(args))
-    assert (config.lr, config.bd_lr, config.certainty, config.canvases) == (3e-4, 3e-4, 0.5, (64, 128))
+    assert (config.lr, config.bd_lr, config.certainty, config.answer_lengths) == (3e-4, 3e-4, 0.5, (64, 128))
     assert config.t_min == 0.4
 
 
@@ -763,7 +763,16 @@ def test_ar_loss_equals_transformers_loss(tiny_model: Qwen2ForCausalLM) -> None:
 
 
 CONFIG = TrainConfig(
-    hidden=32, layers=2, heads=4, ffn=64, context=64, batch=2, canvases=(32,), ar_tokens=256, eval_every=3, warmup=2
+    hidden=32,
+    layers=2,
+    heads=4,
+    ffn=64,
+    context=64,
+    batch=2,
+    answer_lengths=(32,),
+    ar_tokens=256,
+    eval_every=3,
+    warmup=2,
 )
 
 

@@ -22,7 +22,7 @@ from dcode.tui import live_frame, run_live, run_rich
 from dcode.tui_app import FRAME_SECONDS, REPLAY_FRAMES, CanvasView, LiveApp, LiveResult, pace
 
 CODE = "def add(a, b):\n    return a + b\n"
-FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, canvas=len(ANSWER), forward=5, seconds=0.1)
+FINISHED = Finished(code=CODE, prompt_tokens=2, tokens=9, masks=len(ANSWER), forward=5, seconds=0.1)
 
 
 def refinement() -> list:

@@ -15,10 +15,11 @@ from conftest import TINY_MASK as MASK
 from conftest import ScriptedDenoiser
 from typer.testing import CliRunner
 
-from dcode import pipeline
+from dcode import flows, localfill
 from dcode.cli import app
 from dcode.config import SamplerConfig
 from dcode.edit import find_symbol
+from dcode.localfill import LocalFiller
 
 STDLIB = Path(os.__file__).parent
 
@@ -75,7 +76,7 @@ def test_imports_come_along_when_they_take_at_most_half_the_room() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# pipeline.edit with a scripted model: the exact canvas
+# flows.edit with a scripted model: the exact canvas
 
 
 SUM = "def f40(x, y):\n    return x + y"
@@ -87,20 +88,20 @@ def test_a_big_file_is_edited_in_a_window(tokenizer, block: int | None) -> None:
     model = ScriptedDenoiser(tokenizer, SUM, max_length=200)
     model.facts = dataclasses.replace(model.facts, block=block)
     region = find_symbol(source, "python", "f40")
-    done = list(pipeline.edit(model, source, region, "add", "python", SamplerConfig()))[-1]
+    done = list(flows.edit(LocalFiller(model, SamplerConfig()), source, region, "add", "python"))[-1]
     data, code = source.encode(), done.code.encode()
     assert done.code == source.replace("def f40(x, y):\n    total = x * 40 + y\n    return total - 5\n", SUM + "\n")
     assert code[: region[0]] == data[: region[0]] and code[done.new_region[1] :] == data[region[1] :]
-    window = pipeline.edit_layout(model, data, region, [0] * done.prompt_tokens, None, "python", "x").window
+    window = localfill.edit_layout(model, data, region, [0] * done.prompt_tokens, None, "python", "x").window
     assert not window.whole
     (lo, a), (b, hi) = window.before, window.after
     assert (a, b) == region and data[lo - 1 : lo] == b"\n" and (hi == b or data[hi - 1 : hi] == b"\n")
     assert (hi > b) == (block is None)  # both sides for full attention, before only for block-causal
     assert window.imports == ((0, 12), (12, 27), (27, 50))  # the file's imports first
     imports = b"".join(data[s:e] for s, e in window.imports)
-    prompt = pipeline.prompt_ids(model, "add", "python")
+    prompt = localfill.prompt_ids(model, "add", "python")
     head, tail = encode(tokenizer, imports) + encode(tokenizer, data[lo:a]), encode(tokenizer, data[b:hi])
-    assert model.seen[0] == prompt + head + [MASK] * done.canvas + tail
+    assert model.seen[0] == prompt + head + [MASK] * done.masks + tail
     assert len(model.seen[0]) <= 200
     assert done.context_tokens == len(head) + len(tail)
     reported = done.metadata()["window"]
@@ -165,13 +166,14 @@ def test_a_region_that_does_not_fit_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("block", [None, 16])
 def test_a_big_file_is_repaired_span_by_span(tokenizer, block: int | None) -> None:
     from dcode.events import Repaired, drain
-    from dcode.pipeline import repair
 
     source = big_file(80)
     broken = source.replace("    total = x * 60 + y\n", "    total = x * 60 +\n")
     model = ScriptedDenoiser(tokenizer, "    total = x * 60 + y", max_length=120)
     model.facts = dataclasses.replace(model.facts, block=block)
-    done = drain(repair(model, [5, 6, 7], broken, "python", SamplerConfig(), rounds=1, tries=1), result=Repaired)
+    done = drain(
+        flows.repair(LocalFiller(model, SamplerConfig(), [5, 6, 7]), broken, "python", "", 1, 1), result=Repaired
+    )
     assert done.issues_before >= 1 and (done.issues_after, done.code) == (0, source)
     assert len(tokenizer.encode(broken, add_special_tokens=False)) > 10 * 120
     canvas = model.seen[0]

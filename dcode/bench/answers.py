@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from dcode import pipeline
+from dcode import flows, localfill
 from dcode.bench.metrics import Tally
 from dcode.config import SamplerConfig
 from dcode.events import Event, Finished, Step, drain
+from dcode.localfill import LocalFiller
 from dcode.models.base import Denoiser
 
 
@@ -25,7 +26,7 @@ def answered(
     its passes, and the wall seconds of the whole request (template, sampling, decoding, the check)."""
     seen: list[Event] = []
     began = time.perf_counter()
-    events = pipeline.new(model, prompt, language, length, config, repair_rounds=0)
+    events = flows.new(LocalFiller(model, config), prompt, language, length, repair_rounds=0)
     finished = drain(events, seen.append, result=Finished)
     return finished, [event for event in seen if isinstance(event, Step)], time.perf_counter() - began
 
@@ -56,7 +57,7 @@ def answer_autoregressive(folder: Path, prompts: list[str], length: int) -> dict
     tally = Tally()
     with torch.inference_mode():
         for prompt in prompts:
-            ids = torch.tensor([pipeline.prompt_ids(model, prompt, "python")])
+            ids = torch.tensor([localfill.prompt_ids(model, prompt, "python")])
             began = time.perf_counter()
             out = network.generate(
                 ids,
@@ -67,6 +68,6 @@ def answer_autoregressive(folder: Path, prompts: list[str], length: int) -> dict
                 pad_token_id=model.facts.pad_id,
             )[0, ids.shape[1] :]
             seconds = time.perf_counter() - began
-            code, count = pipeline.answer_text(model, out, 0)  # up to the first end token
+            code, count = localfill.answer_text(model, out, 0)  # up to the first end token
             tally.add(prompt, code, len(out), count, seconds)
     return tally.summary()

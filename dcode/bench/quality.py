@@ -2,8 +2,8 @@
 dcode.bench.metrics) and HumanEval pass@1, per setting.
 
 Owns: the HumanEval canvas and completion, and the counting. Generation goes through the one
-sampling loop (pipeline.new for the prompt set; dcode.sampler.denoise on a HumanEval canvas built
-with pipeline.prompt_ids); generated code runs only in dcode.bench.sandbox. Knows nothing about
+sampling loop (flows.new for the prompt set; dcode.sampler.denoise on a HumanEval canvas built
+with localfill.prompt_ids); generated code runs only in dcode.bench.sandbox. Knows nothing about
 argv or the terminal.
 
 HumanEval with a diffusion model: the canvas is the model's prompt template with the problem's
@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dcode import pipeline
+from dcode import flows, localfill
 from dcode.bench import Setting, need, settings, with_family
 from dcode.bench.metrics import Tally
 from dcode.bench.sandbox import Limits, run_python
 from dcode.config import SamplerConfig
 from dcode.events import Finished, drain
+from dcode.localfill import LocalFiller
 from dcode.models.base import Denoiser
 from dcode.sampler import denoise
 
@@ -63,13 +64,13 @@ def docstring(problem: dict[str, Any]) -> str:
 def humaneval_canvas(model: Denoiser, problem: dict[str, Any], length: int) -> tuple[torch.Tensor, int]:
     """(canvas, start): template(docstring) + the problem's prompt + `length` masks; the answer
     region starts after the problem's prompt. Falls back to the docstring's first line as the
-    request when the whole one does not fit; pipeline.InputError when nothing fits."""
+    request when the whole one does not fit; flows.InputError when nothing fits."""
     code = list(model.tokenizer.encode(problem["prompt"], add_special_tokens=False))
     request = docstring(problem)
-    ids = pipeline.prompt_ids(model, request, "python")
+    ids = localfill.prompt_ids(model, request, "python")
     if len(ids) + len(code) + length > model.facts.max_length:
-        ids = pipeline.prompt_ids(model, request.splitlines()[0], "python")
-    pipeline.check_length(model, len(ids) + len(code), length)
+        ids = localfill.prompt_ids(model, request.splitlines()[0], "python")
+    localfill.check_length(model, len(ids) + len(code), length)
     head = ids + code
     return torch.tensor(head + [model.facts.mask_id] * length, dtype=torch.long), len(head)
 
@@ -106,13 +107,13 @@ def humaneval(
     for problem in problems:
         try:
             canvas, start = humaneval_canvas(model, problem, length)
-        except pipeline.InputError:
+        except flows.InputError:
             results.append({"task_id": problem["task_id"], "status": "too long", "passed": False})
             tick(problem["task_id"])
             continue
         began = time.perf_counter()
         last = drain(denoise(model, canvas, start, config))
-        text, kept = pipeline.answer_text(model, last.canvas if last else canvas, start)
+        text, kept = localfill.answer_text(model, last.canvas if last else canvas, start)
         seconds += time.perf_counter() - began
         forward += last.forward if last else 0
         tokens += kept
@@ -158,7 +159,9 @@ def parse_validity(
     checked = before = after = empty = 0
     tally, python = Tally(), Tally()
     for row in rows:
-        done = drain(pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds), result=Finished)
+        done = drain(
+            flows.new(LocalFiller(model, config), row["prompt"], row["lang"], length, repair_rounds), result=Finished
+        )
         draft = done.draft if done.repair is not None else done.code  # as sampled, as the other benchmarks score
         tally.add(row["prompt"], draft, done.forward, done.tokens, done.seconds)
         if row["lang"] == "python":

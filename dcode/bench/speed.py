@@ -1,6 +1,6 @@
 """The speed suite: one model, one prompt set, every setting in the same process and session.
 
-Owns: timing runs and summing them up. Diffusion runs go through pipeline.new (the one sampling
+Owns: timing runs and summing them up. Diffusion runs go through flows.new (the one sampling
 loop, repair off); the autoregressive baseline is transformers' own `generate` with its key/value
 cache, on a model of the same class and config as the diffusion model's network with random
 weights (speed does not depend on the weights). Knows nothing about argv or the terminal.
@@ -13,7 +13,7 @@ Definitions, per run (one prompt, one setting, one repeat):
 - forward passes: calls of the network (autoregressive: one per new token, the prefill included);
 - tokens: positions decoded (diffusion: committed by the sampler; autoregressive: new tokens);
 - ms per forward and tok/s: over the sampling time (diffusion: denoise plus decoding the answer,
-  as pipeline.Finished.seconds; autoregressive: `generate`);
+  as events.Finished.seconds; autoregressive: `generate`);
 - first draft: seconds from the start of the run until the first B answer positions hold no
   mask, B = the block the setting decodes in: the model's attention block (block-causal models),
   else the setting's semi-autoregressive block, else the whole answer. So with one block it is the
@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from dcode import pipeline
+from dcode import flows, localfill
 from dcode.bench import Setting, settings, with_family
 from dcode.config import SamplerConfig
 from dcode.events import Event, Finished, Step, drain
+from dcode.localfill import LocalFiller
 from dcode.models import native
 from dcode.models.base import Denoiser
 
@@ -146,7 +147,7 @@ def _maxrss_bytes() -> int:
 def diffusion_run(
     model: Denoiser, row: dict[str, str], length: int, config: SamplerConfig, name: str, repeat: int
 ) -> Run:
-    """One request through pipeline.new, timed step by step."""
+    """One request through flows.new, timed step by step."""
     facts = model.facts
     mask = facts.mask_id
     first_tokens = min(length, facts.block or config.block or length)
@@ -165,7 +166,7 @@ def diffusion_run(
 
     with PeakMemory(model.device) as memory:
         began = time.perf_counter()
-        events = pipeline.new(model, row["prompt"], row["lang"], length, config, repair_rounds=0)
+        events = flows.new(LocalFiller(model, config), row["prompt"], row["lang"], length, repair_rounds=0)
         finished = drain(events, count, result=Finished)
         wall = time.perf_counter() - began
     return Run(
@@ -246,7 +247,7 @@ def autoregressive_run(
     )
     with PeakMemory(device) as memory:
         began = time.perf_counter()
-        ids = torch.tensor([pipeline.prompt_ids(model, row["prompt"], row["lang"])], device=device)
+        ids = torch.tensor([localfill.prompt_ids(model, row["prompt"], row["lang"])], device=device)
         first_tokens = min(first_block, length)
         clock = _Clock(first_tokens, cuda)
         sampling = time.perf_counter()
@@ -256,7 +257,7 @@ def autoregressive_run(
             torch.cuda.synchronize()
         sampling = time.perf_counter() - sampling
         new = out[0, ids.shape[1] :]
-        pipeline.decode(model, new.tolist())  # decoding is part of a run's wall time, as for diffusion
+        localfill.decode(model, new.tolist())  # decoding is part of a run's wall time, as for diffusion
         wall = time.perf_counter() - began
     first = (clock.at or sampling) + (clock.began - began)
     n = len(new)
@@ -308,7 +309,7 @@ def run_speed(
     settings interleaved within each repeat so drift (heat, other load) hits them alike."""
     facts = model.facts
     for row in rows:  # fail before any timing if a prompt does not fit
-        pipeline.check_length(model, len(pipeline.prompt_ids(model, row["prompt"], row["lang"])), length)
+        localfill.check_length(model, len(localfill.prompt_ids(model, row["prompt"], row["lang"])), length)
     chosen = chosen if chosen is not None else settings(facts.block, facts.defaults, facts.noise)
     configs = {s.name: with_family(s, facts.defaults, stop_at_eos=early_stop and s.role == "fast") for s in chosen}
     twin = autoregressive_model(model) if autoregressive else None

@@ -170,7 +170,7 @@ def pick_settings(available: list[Any], names: str | None) -> list[Any]:
 def guarded() -> Iterator[None]:
     """What a long run can raise, as dcode's one-line errors and exit codes."""
     from dcode.bench import MissingExtra
-    from dcode.pipeline import InputError
+    from dcode.flows import InputError
 
     try:
         yield

@@ -124,51 +124,51 @@ class Delivery:
         return not self.refused and (self.target is not None or self.to_stdout or backup is not None)
 
 
-def deliver(plan: Delivery) -> Path | None:
+def deliver(delivery: Delivery) -> Path | None:
     """Write the result where it goes; returns the backup of an in-place edit."""
     from dcode.edit import write_in_place
     from dcode.files import atomic_write
 
     try:
-        if plan.refused:
-            sys.stderr.write(plan.patch)
-        elif plan.to_stdout:
-            sys.stdout.write(plan.edited.code)
+        if delivery.refused:
+            sys.stderr.write(delivery.patch)
+        elif delivery.to_stdout:
+            sys.stdout.write(delivery.edited.code)
             sys.stdout.flush()
-        elif plan.target is not None:
-            atomic_write(plan.target, plan.edited.code)
-        elif plan.changed and plan.writes:
-            return write_in_place(plan.file, plan.edited.code)
+        elif delivery.target is not None:
+            atomic_write(delivery.target, delivery.edited.code)
+        elif delivery.changed and delivery.writes:
+            return write_in_place(delivery.file, delivery.edited.code)
     except BrokenPipeError:
         raise
     except OSError as error:
-        where = "stdout" if plan.to_stdout else plan.target or plan.file
+        where = "stdout" if delivery.to_stdout else delivery.target or delivery.file
         fail(f"cannot write {where}: {error.strerror or error}", RUNTIME)
     except KeyboardInterrupt as error:
         interrupted(error)
     return None
 
 
-def report_edit(plan: Delivery, backup: Path | None, old_span: str, model: str, dry_run: bool, quiet: bool) -> None:
+def report_edit(delivery: Delivery, backup: Path | None, old_span: str, model: str, dry_run: bool, quiet: bool) -> None:
     """The lines on stderr after an edit, and its exit code (3: syntax errors in the result)."""
     from dcode.edit import describe
 
-    edited, file, target = plan.edited, plan.file, plan.target
+    edited, file, target = delivery.edited, delivery.file, delivery.target
     grew = edited.new_region[1] > edited.new_region[0]
     new_span = describe(edited.code, edited.new_region) if grew else "nothing"
     if dry_run:
         typer.echo("dcode: dry run: nothing written", err=True)
     if not quiet:
         typer.echo(summary_line(edited.metadata(), model, edited.unit), err=True)
-        if plan.written(backup) and target is not None:
+        if delivery.written(backup) and target is not None:
             typer.echo(f"dcode: wrote {target} ({old_span} of {file} -> {new_span}); {file} untouched", err=True)
         elif backup is not None:
             typer.echo(f"dcode: edited {file} ({old_span} -> {new_span}); backup: {backup}", err=True)
-        elif not plan.changed:
+        elif not delivery.changed:
             typer.echo(f"dcode: {file}: the edit changed nothing; nothing written", err=True)
-    if plan.changed and new_span == "nothing":
+    if delivery.changed and new_span == "nothing":
         typer.echo(f"dcode: warning: the edit deleted {old_span} of {file}", err=True)
-    if plan.refused:
+    if delivery.refused:
         typer.echo(
             f"dcode: error: the edit leaves {edited.errors_after} syntax error(s) in {file}, which parsed before; "
             "nothing written (the diff is above)",
@@ -177,36 +177,36 @@ def report_edit(plan: Delivery, backup: Path | None, old_span: str, model: str, 
         raise typer.Exit(SYNTAX)
     if edited.errors_after:
         had = f" (it had {edited.original_errors})" if edited.original_errors else ""
-        where = f"the edited {file} would have" if not plan.writes else f"{target or file} has"
-        if plan.to_stdout:
+        where = f"the edited {file} would have" if not delivery.writes else f"{target or file} has"
+        if delivery.to_stdout:
             where = "the edited code on stdout has"
         typer.echo(f"dcode: warning: {where} {edited.errors_after} syntax error(s){had}", err=True)
         raise typer.Exit(SYNTAX)
 
 
 def finish_edit(
-    plan: Delivery, output: str | None, model: str, keys: Mapping[str, object], old_span: str, **say: bool
+    delivery: Delivery, output: str | None, model: str, keys: Mapping[str, object], old_span: str, **say: bool
 ) -> None:
     """Deliver an edit, print its --json report (or its diff, when nothing is written) and its lines
     on stderr, and exit 3 when the result has syntax errors. `model`: as the summary line names it;
     `keys`: the report's model, language and selection keys; `say`: as_json, dry_run, quiet."""
-    backup = deliver(plan)
+    backup = deliver(delivery)
     if say["as_json"]:
         report = {
-            "path": str(plan.file),
+            "path": str(delivery.file),
             "output": output,
             "backup": str(backup) if backup is not None else None,
-            "written": plan.written(backup),
-            "changed": plan.changed,
+            "written": delivery.written(backup),
+            "changed": delivery.changed,
             **keys,
-            "diff": plan.patch,
-            **plan.edited.metadata(),
+            "diff": delivery.patch,
+            **delivery.edited.metadata(),
         }
         typer.echo(json.dumps(report, indent=2))
-    elif not plan.writes:
-        sys.stdout.write(plan.patch)
+    elif not delivery.writes:
+        sys.stdout.write(delivery.patch)
         sys.stdout.flush()
-    report_edit(plan, backup, old_span, model, say["dry_run"], say["quiet"])
+    report_edit(delivery, backup, old_span, model, say["dry_run"], say["quiet"])
 
 
 def finish_repair(

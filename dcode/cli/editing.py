@@ -58,14 +58,14 @@ def edit_command(
 
     # 3) deliver: a diff, the file in place (after a backup), another file or stdout; never a
     # broken version of a file that parsed
-    plan = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
+    delivery = Delivery(file, source, edited, writes and edited.broke, writes, target, to_stdout)
     whole = chosen.lines is None and chosen.symbol is None
     old_span = "the whole file" if whole else describe_region(source, region)
     who = filler.identity()
     keys = who.report | {"language": language, "selection": chosen.symbol if chosen.symbol is not None else old_span}
     say = {"as_json": out.as_json, "dry_run": chosen.dry_run, "quiet": run.view.quiet}
     with recorded(run, filler, edited, text, target or file):
-        finish_edit(plan, out.path, who.shown, keys, old_span, **say)
+        finish_edit(delivery, out.path, who.shown, keys, old_span, **say)
 
 
 def pick_region(source: str, language: str, lines: str | None, symbol: str | None, file: Path) -> tuple[int, int]:

@@ -85,10 +85,10 @@ def make_filler(run: Resolved[object]) -> Filler:
 
 def model_filler(local: Local) -> Filler:
     """The local model the options name, with its family's defaults under the user's settings."""
-    from dcode.pipeline import ModelFiller
+    from dcode.localfill import LocalFiller
 
     denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
-    return ModelFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit))
+    return LocalFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit))
 
 
 def endpoint_filler(remote: Remote, named: Callable[[str], str]) -> EndpointFiller:

@@ -16,10 +16,10 @@ about tokenizers, sampling, files other than the checkpoint's, or the terminal.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from torch import nn
 
 from dcode.models.base import ModelError, ModelFacts
 from dcode.models.checkpoint import read_headers, refuse_misfit
+from dcode.models.native_batch import keep_new, packed_masks, padded_past, rows_mask
 
 # Buffers some checkpoints carry that are recomputed here; their presence is harmless.
 IGNORED_KEYS = ("rotary_emb.inv_freq",)
@@ -384,6 +385,16 @@ def head_logits(head: nn.Linear, hidden: torch.Tensor, exact: bool = True) -> to
     return head(rows)[:n].float()
 
 
+class PackedCall(NamedTuple):
+    """One caller's packed forward, as NativeDenoiser.packed takes it (see packed_mask)."""
+
+    ids: torch.Tensor  # (N,)
+    positions: torch.Tensor  # (N,)
+    segments: torch.Tensor  # (N,)
+    cache: NativeCache
+    origin: int = 0
+
+
 @dataclass
 class NativeDenoiser:
     """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward."""
@@ -411,6 +422,54 @@ class NativeDenoiser:
         cache.widen(1)
         mask = packed_mask(positions, segments, cache.length, self.facts.block, origin)
         return self.model.hidden(ids[None], positions, mask, cache)[0]
+
+    def batched(self, calls: Sequence[tuple[torch.Tensor, NativeCache | None]]) -> list[torch.Tensor]:
+        """Several callers' forwards as one (a server's requests running together): each call's ids
+        (R_b, n_b) after its cache, at any cache and input length -> each call's logits (R_b, n_b, V)
+        in float32, its cache as __call__ leaves it. Rows stacked, caches right-padded to the longest,
+        inputs right-padded, each row at its own positions (RoPE) under its own mask (native_batch)."""
+        facts, device = self.facts, self.device
+        rows = [len(ids) for ids, _ in calls]
+        starts = [cache.length if cache is not None else 0 for ids, cache in calls for _ in range(len(ids))]
+        lengths = [ids.shape[1] for ids, _ in calls for _ in range(len(ids))]
+        width, cached = max(lengths), max(starts)
+        stacked = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=facts.pad_id) for ids, _ in calls])
+        mask = rows_mask(starts, lengths, width, cached, facts.block).to(device)
+        positions = (torch.tensor(starts)[:, None] + torch.arange(width)[None, :]).to(device)  # (B, n)
+        caches = [cache for _, cache in calls]
+        past = self._padded(caches, rows, cached)
+        with torch.inference_mode():
+            logits = self.model.lm_head(self.model.hidden(stacked, positions, mask, past)).float()  # (B, n, V)
+        keep_new(caches, rows, [ids.shape[1] for ids, _ in calls], cached, past.layers)
+        ends = [sum(rows[:b]) for b in range(len(rows) + 1)]
+        return [logits[ends[b] : ends[b + 1], : ids.shape[1]] for b, (ids, _) in enumerate(calls)]
+
+    def batched_packed(self, calls: Sequence[PackedCall]) -> list[torch.Tensor]:
+        """Several callers' packed forwards as one, at any cache length and packed length -> each
+        call's final hidden states (N_b, hidden), its cache as packed() leaves it. Sequences stacked
+        and right-padded to the longest N, caches to the longest, each call at its own positions
+        under its own packed_mask (native_batch.packed_masks)."""
+        block = self.facts.block
+        assert block is not None, "packing needs block-causal attention"
+        lengths = [len(call.ids) for call in calls]
+        width, cached = max(lengths), max(call.cache.length for call in calls)
+        stacked = torch.stack([F.pad(call.ids, (0, width - len(call.ids)), value=self.facts.pad_id) for call in calls])
+        positions = torch.stack([F.pad(call.positions, (0, width - len(call.positions))) for call in calls])
+        owns = [packed_mask(c.positions, c.segments, c.cache.length, block, c.origin)[0, 0] for c in calls]
+        mask = packed_masks(owns, width, cached, self.device)  # (B, 1, N, C + N)
+        caches = [call.cache for call in calls]
+        past = self._padded(caches, [1] * len(calls), cached)
+        with torch.inference_mode():
+            hidden = self.model.hidden(stacked, positions, mask, past)  # (B, N, hidden)
+        keep_new(caches, [1] * len(calls), lengths, cached, past.layers)
+        return [hidden[b, : lengths[b]] for b in range(len(calls))]
+
+    def _padded(self, caches: Sequence[NativeCache | None], rows: list[int], cached: int) -> NativeCache:
+        """A scratch cache: the callers' caches right-padded to `cached` positions, once per row."""
+        past = NativeCache()
+        dtype = self.model.lm_head.weight.dtype
+        past.layers = padded_past(caches, rows, cached, len(self.model.model.layers), dtype, self.device)
+        return past
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:

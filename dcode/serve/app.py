@@ -6,7 +6,7 @@ is read), `Content-Type: application/json` on every POST (a web page's "simple" 
 cannot send it), the body size and read-time limits, OpenAI's error shape for every 4xx and 5xx
 (never a traceback; 405 with `Allow`; no redirect built from the client's Host), one access-log
 line per request, Server-Sent Events, and cancelling a request whose client went away. Parsing
-and planning (tokenizing) run off the event loop; parsing is dcode.serve.jobs', running
+and preparing (tokenizing) run off the event loop; parsing is dcode.serve.jobs', running
 dcode.serve.engine's. Connection limits and timeouts below HTTP are dcode.serve.connections'.
 """
 
@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dcode.serve import wire
 from dcode.serve.engine import Engine, Overloaded
 from dcode.serve.jobs import BadRequest, parse, parse_body
-from dcode.serve.replies import Plan
+from dcode.serve.replies import Prepared
 from dcode.serve.wire import Kind
 
 MAX_BODY = 4 * 2**20  # bytes: a request body above this is refused (413) before it is read whole
@@ -169,11 +169,11 @@ def create_app(
         check_json(request)
         raw = await read_body(request, max_body, body_timeout)
 
-        def prepare() -> Plan:  # JSON and tokenizing take CPU: in a thread, never on the event loop
-            return engine.plan(parse(kind, parse_body(raw), engine.served))
+        def prepare() -> Prepared:  # JSON and tokenizing take CPU: in a thread, never on the event loop
+            return engine.prepare(parse(kind, parse_body(raw), engine.served))
 
-        plan = await asyncio.get_running_loop().run_in_executor(preparers, prepare)
-        return await run(request, engine, plan)
+        prepared = await asyncio.get_running_loop().run_in_executor(preparers, prepare)
+        return await run(request, engine, prepared)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
@@ -190,8 +190,8 @@ def create_app(
     return app
 
 
-async def run(request: Request, engine: Engine, plan: Plan) -> Any:
-    """Submit the plan and answer: one JSON object, or a stream of chunks."""
+async def run(request: Request, engine: Engine, prepared: Prepared) -> Any:
+    """Submit the prepared job and answer: one JSON object, or a stream of chunks."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -199,15 +199,15 @@ async def run(request: Request, engine: Engine, plan: Plan) -> Any:
         loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
     try:
-        cancel = engine.submit(plan, emit)
+        cancel = engine.submit(prepared, emit)
     except Overloaded:
         busy = BadRequest("the server is overloaded: every slot and queue place is taken", None, 503, "overloaded")
         busy.kind = "server_error"
         return error_response(busy, {"Retry-After": str(RETRY_AFTER)})
-    headers = {WARNING_HEADER: plan.warning} if plan.warning else {}
-    if plan.job.stream:
+    headers = {WARNING_HEADER: prepared.warning} if prepared.warning else {}
+    if prepared.job.stream:
         return StreamingResponse(
-            stream(queue, cancel, plan),
+            stream(queue, cancel, prepared),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", **headers},
         )
@@ -234,7 +234,9 @@ async def run(request: Request, engine: Engine, plan: Plan) -> Any:
     return error_response(failure or BadRequest("the request was cancelled", None, 500, kind="server_error"))
 
 
-async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], None], plan: Plan) -> AsyncIterator[str]:
+async def stream(
+    queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], None], prepared: Prepared
+) -> AsyncIterator[str]:
     """SSE lines from the worker's chunks; the usage chunk when asked; [DONE]. An answer cut short
     (the server stopping) ends with an error event before [DONE], so no client takes it as whole.
     If the client goes away, Starlette cancels this generator and the worker stops at its next
@@ -252,8 +254,8 @@ async def stream(queue: asyncio.Queue[tuple[str, Any]], cancel: Callable[[], Non
                 yield wire.sse(wire.error_body(item.message, item.kind, item.param, item.code))
             elif kind == "end":
                 break
-        if final is not None and usage is not None and plan.job.include_usage:
-            yield wire.sse(wire.usage_chunk(plan.job.kind, final["id"], final["model"], usage, final["created"]))
+        if final is not None and usage is not None and prepared.job.include_usage:
+            yield wire.sse(wire.usage_chunk(prepared.job.kind, final["id"], final["model"], usage, final["created"]))
         yield wire.DONE
     finally:
         cancel()

@@ -12,20 +12,17 @@ results: rows of a batch never see one another.
 
 What fits together:
 - the native Qwen2 (dcode.models.native, dcode-tiny), packed: every call of the same packed length
-  N, whatever its cache length. The sequences are stacked, caches right-padded to the longest,
-  each at its own positions (RoPE) under its own packed_mask; no real position sees padding or
-  another call. Their hidden states are bit for bit the call's alone in float32 on a CPU while the
-  batch's longest cache plus N is at most 192 keys (torch 2.13: past that its CPU attention takes
-  the keys in blocks, and a call whose cached and new keys the padding spreads over two rounds
-  otherwise, within some ulps), and always for the call with the longest cache;
+  N, whatever its cache length, run as one by NativeDenoiser.batched_packed (bit for bit each
+  call's alone in float32 on a CPU while the batch's longest cache plus N is at most 192 keys:
+  dcode.models.native_batch);
 - the native Qwen2's output head: every call, the hidden states concatenated (native.head_logits
   pads them to a multiple of 16 rows, and a row's logits do not depend on the rows read with it);
 - the native Qwen2, rows (no packing: the cache off): every call of the same input length, whatever
-  its cache length, run the same way under rows_mask;
+  its cache length, run as one by NativeDenoiser.batched;
 - any other model without a cache, the same canvas length: the canvases stacked.
 Anything else (keyword arguments, a uniform-noise model's extend(), the window cache, another
-model's packed forward) passes through unbatched or runs alone. Knows nothing about HTTP, requests
-or prompts.
+model's packed forward) passes through unbatched or runs alone. A scheduler: the batched forwards
+are the model's. Knows nothing about HTTP, requests or prompts.
 """
 
 from __future__ import annotations
@@ -35,13 +32,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 
 import torch
-import torch.nn.functional as F
 
 from dcode.models.base import Denoiser, ModelFacts, PackedDenoiser
-from dcode.models.native import NativeCache, NativeDenoiser, packed_mask
+from dcode.models.native import NativeDenoiser, PackedCall
 
 
 class RequestCancelled(Exception):
@@ -51,20 +47,12 @@ class RequestCancelled(Exception):
 Kind = Literal["rows", "packed", "head"]  # a forward of rows, a packed forward, the output head
 
 
-class Layout(NamedTuple):
-    """Where a packed call's tokens sit (see native.packed_mask)."""
-
-    positions: torch.Tensor  # (N,) canvas positions
-    segments: torch.Tensor  # (N,) 0: shared; r + 1: row r's own
-    origin: int  # where the attention blocks start
-
-
 @dataclass(eq=False)
 class Call:
     ids: torch.Tensor  # rows: (R, n) token ids; packed: (N,) token ids; head: (n, hidden) final hidden states
     cache: Any
     kind: Kind = "rows"
-    layout: Layout | None = None  # packed: positions, segments, origin
+    packed: PackedCall | None = None  # packed: the whole call (ids, positions, segments, cache, origin)
     result: torch.Tensor | None = None  # rows: (R, n, V) logits; packed: (N, hidden); head: (n, V)
     error: BaseException | None = None
     done: bool = False
@@ -80,7 +68,7 @@ def group_key(call: Call, native: bool) -> tuple[Any, ...]:
         # costs, N comes in steps of 16 (a row's part is an attention block; under load, with few
         # drafts, most calls are 16 to 64), and only calls of one N can be bit for bit what they are alone
         return ("packed", len(call.ids))
-    if native and call.kind == "rows" and (call.cache is None or isinstance(call.cache, NativeCache)):
+    if native and call.kind == "rows":
         # any cache length (per-row positions and masks), one input length: a row padded to a longer
         # input pays for its padding in every layer (a third of the positions at --busy-draft 0)
         return ("native", call.ids.shape[1])
@@ -89,137 +77,7 @@ def group_key(call: Call, native: bool) -> tuple[Any, ...]:
     return ("alone", id(call))
 
 
-def rows_mask(starts: list[int], lengths: list[int], width: int, cached: int, block: int | None) -> torch.Tensor:
-    """(B, 1, n, C + n) bool for rows whose queries sit at positions [c_b, c_b + n_b) and whose keys are
-    their cache [0, c_b) right-padded to C = `cached`, then their n inputs right-padded to `width` = n.
-    A query sees a real key iff the key's attention block is not after its own (every block with
-    block=None); padding is seen by no real query. Example: one row, c=0, n=2 -> block_causal_mask(0, 2, 2)."""
-    c = torch.tensor(starts)[:, None]  # (B, 1)
-    n = torch.tensor(lengths)[:, None]
-    t = torch.arange(width)[None, :]  # (1, n)
-    query = c + t  # (B, n) absolute positions
-    j = torch.arange(cached + width)[None, :]  # (1, K)
-    key = torch.where(j < cached, j, c + j - cached)  # (B, K) absolute positions
-    real = torch.where(j < cached, j < c, j - cached < n)  # (B, K)
-    if block is None:
-        seen = real[:, None, :].expand(-1, width, -1)
-    else:
-        seen = real[:, None, :] & (key[:, None, :] // block <= query[:, :, None] // block)  # (B, n, K)
-    return seen[:, None]
-
-
-def packed_masks(calls: list[Call], width: int, cached: int, block: int, device: torch.device) -> torch.Tensor:
-    """(B, 1, N, C + N) bool for packed calls stacked: call b's own packed_mask, its cached keys [0, c_b)
-    in the cache right-padded to C = `cached`, its N_b packed keys at [C, C + N_b), the rest padding,
-    seen by no real query. A padding query (t >= N_b) sees its own key only: a query that sees no key
-    comes out NaN in some SDPA kernels and torch versions (torch 2.13's CPU ones give 0), its keys and
-    values would carry the NaN into the next layer, and there a real query's weight of 0 on them
-    still makes NaN (0 * NaN). Example: one call, no cache -> its packed_mask."""
-    mask = torch.zeros(len(calls), 1, width, cached + width, dtype=torch.bool, device=device)
-    for b, call in enumerate(calls):
-        layout, c, n = call.layout, call.cache.length, len(call.ids)
-        assert layout is not None
-        own = packed_mask(layout.positions, layout.segments, c, block, layout.origin)[0, 0]  # (N_b, c + N_b)
-        mask[b, 0, :n, :c] = own[:, :c]
-        mask[b, 0, :n, cached : cached + n] = own[:, c:]
-        padding = torch.arange(n, width, device=device)
-        mask[b, 0, padding, cached + padding] = True
-    return mask
-
-
-def ids_dtype(qwen: Any) -> torch.dtype:
-    """The dtype of the network's keys and values (its weights')."""
-    return qwen.lm_head.weight.dtype  # type: ignore[no-any-return]
-
-
-def padded_past(model: NativeDenoiser, caches: list[Any], rows: list[int], cached: int) -> NativeCache:
-    """Every layer's keys/values (B, Hkv, C, D) for the rows of calls with these caches (NativeCache or
-    None), `rows[i]` rows for caches[i]: each cache right-padded with zeros to C = `cached` positions
-    (None or empty: all padding), once per row. A scratch cache that run_layers appends to."""
-    qwen, past = model.model, NativeCache()
-    if not cached:
-        return past
-    kv_shape = next(cache.layers[0][0].shape for cache in caches if cache is not None and cache.layers)
-
-    def padded(cache: Any, count: int, i: int, j: int) -> torch.Tensor:  # (count, Hkv, C, D)
-        if cache is None or not cache.layers:
-            empty = torch.zeros(1, kv_shape[1], cached, kv_shape[3], dtype=ids_dtype(qwen), device=model.device)
-            return empty.expand(count, -1, -1, -1)
-        keys = cache.layers[i][j][:1]
-        return F.pad(keys, (0, 0, 0, cached - keys.shape[2])).expand(count, -1, -1, -1)
-
-    past.layers = [
-        (
-            torch.cat([padded(cache, count, i, 0) for cache, count in zip(caches, rows, strict=True)]),
-            torch.cat([padded(cache, count, i, 1) for cache, count in zip(caches, rows, strict=True)]),
-        )
-        for i in range(len(qwen.model.layers))
-    ]
-    return past
-
-
-def keep_new(calls: list[Call], rows: list[int], lengths: list[int], cached: int, presents: NativeCache) -> None:
-    """Each call's cache becomes what the call alone leaves: its own c positions, then its n = lengths[i]
-    new ones, from its rows of the batch's keys/values (cache right-padded to `cached`)."""
-    row = 0
-    for call, count, n in zip(calls, rows, lengths, strict=True):
-        if call.cache is not None:
-            c = call.cache.length
-            call.cache.layers = [
-                tuple(
-                    torch.cat([t[row : row + count, :, :c], t[row : row + count, :, cached : cached + n]], dim=2)
-                    for t in kv
-                )
-                for kv in presents.layers
-            ]
-        row += count
-
-
-def run_native(model: NativeDenoiser, calls: list[Call]) -> None:
-    """One forward of the native Qwen2 for calls at any cache length and input length: rows stacked,
-    caches right-padded to the longest, inputs right-padded, each row at its own positions (RoPE)
-    and under its own mask, so that no row sees another's or any padding."""
-    facts, device = model.facts, model.device
-    rows = [len(call.ids) for call in calls]
-    starts = [call.cache.length if call.cache is not None else 0 for call in calls for _ in range(len(call.ids))]
-    lengths = [call.ids.shape[1] for call in calls for _ in range(len(call.ids))]
-    width, cached = max(lengths), max(starts)
-    ids = torch.cat([F.pad(call.ids, (0, width - call.ids.shape[1]), value=facts.pad_id) for call in calls])
-    mask = rows_mask(starts, lengths, width, cached, facts.block).to(device)
-    positions = (torch.tensor(starts)[:, None] + torch.arange(width)[None, :]).to(device)  # (B, n)
-    past = padded_past(model, [call.cache for call in calls], rows, cached)
-    with torch.inference_mode():
-        hidden = model.model.hidden(ids, positions, mask, past)  # (B, n, hidden)
-        logits = model.model.lm_head(hidden).float()  # (B, n, V)
-    keep_new(calls, rows, [call.ids.shape[1] for call in calls], cached, past)
-    row = 0
-    for call, count in zip(calls, rows, strict=True):
-        call.result = logits[row : row + count, : call.ids.shape[1]]
-        row += count
-
-
-def run_packed(model: NativeDenoiser, calls: list[Call]) -> None:
-    """One forward of packed calls (NativeDenoiser.packed's) at any cache length and packed length:
-    sequences stacked and right-padded to the longest N, caches right-padded to the longest, each
-    call at its own positions (RoPE) under its own packed_mask (packed_masks). Each call gets its
-    final hidden states (N_b, hidden) and its cache as packed() leaves it (its N_b new positions
-    appended)."""
-    assert model.facts.block is not None, "packing needs block-causal attention"
-    lengths = [len(call.ids) for call in calls]
-    width, cached = max(lengths), max(call.cache.length for call in calls)
-    ids = torch.stack([F.pad(call.ids, (0, width - len(call.ids)), value=model.facts.pad_id) for call in calls])
-    layouts = [call.layout for call in calls if call.layout is not None]
-    positions = torch.stack([F.pad(layout.positions, (0, width - len(layout.positions))) for layout in layouts])
-    mask = packed_masks(calls, width, cached, model.facts.block, model.device)  # (B, 1, N, C + N)
-    past = padded_past(model, [call.cache for call in calls], [1] * len(calls), cached)
-    with torch.inference_mode():
-        hidden = model.model.hidden(ids, positions, mask, past)  # (B, N, hidden)
-    keep_new(calls, [1] * len(calls), lengths, cached, past)
-    for b, call in enumerate(calls):
-        call.result = hidden[b, : lengths[b]]
-
-
-def run_heads(model: NativeDenoiser, calls: list[Call]) -> None:
+def run_heads(model: PackedDenoiser, calls: list[Call]) -> None:
     """The output head once on the calls' hidden states concatenated; each gets its rows' logits,
     bit for bit its own call's (head_logits pads to a multiple of 16 rows for that)."""
     logits = model.logits(torch.cat([call.ids for call in calls]))  # (sum n, V)
@@ -230,8 +88,8 @@ def run_heads(model: NativeDenoiser, calls: list[Call]) -> None:
 def run_alone(model: Any, call: Call) -> torch.Tensor:
     """The call as the wrapped model runs it by itself."""
     if call.kind == "packed":
-        assert call.layout is not None
-        return model.packed(call.ids, call.layout.positions, call.layout.segments, call.cache, call.layout.origin)
+        assert call.packed is not None
+        return model.packed(*call.packed)
     if call.kind == "head":
         return model.logits(call.ids)
     return model(call.ids, call.cache)
@@ -249,7 +107,7 @@ class BatchingDenoiser:
         self.model, self.batch, self.wait = model, batch, wait
         self.facts: ModelFacts = model.facts
         self.tokenizer = model.tokenizer
-        self._native = isinstance(model, NativeDenoiser)
+        self._native = callable(getattr(model, "batched", None))  # the native Qwen2 (NativeDenoiser.batched)
         self._packs = callable(getattr(model, "packed", None)) and callable(getattr(model, "logits", None))
         self._lock = threading.Condition()
         self._pending: list[Call] = []
@@ -295,7 +153,7 @@ class BatchingDenoiser:
     ) -> torch.Tensor:
         """ids, positions, segments (N,) after the cache -> final hidden states (N, hidden); the cache
         gets the N new keys/values (the caller crops)."""
-        return self._submit(Call(ids, cache, "packed", Layout(positions, segments, origin)))
+        return self._submit(Call(ids, cache, "packed", PackedCall(ids, positions, segments, cache, origin)))
 
     def _logits(self, hidden: torch.Tensor, exact: bool = True) -> torch.Tensor:
         """Final hidden states (n, hidden) -> logits (n, V) in float32; always exact here (the batch's
@@ -399,9 +257,17 @@ class BatchingDenoiser:
         if len(group) == 1:
             group[0].result = run_alone(self.model, group[0])
             return
-        if key[0] in ("native", "packed", "head"):
-            assert isinstance(self.model, NativeDenoiser)
-            {"native": run_native, "packed": run_packed, "head": run_heads}[key[0]](self.model, group)
+        if key[0] == "head":
+            run_heads(cast(PackedDenoiser, self.model), group)
+            return
+        if key[0] in ("native", "packed"):
+            model = cast(NativeDenoiser, self.model)
+            if key[0] == "native":
+                results = model.batched([(call.ids, call.cache) for call in group])
+            else:
+                results = model.batched_packed([call.packed for call in group if call.packed is not None])
+            for call, result in zip(group, results, strict=True):
+                call.result = result
             return
         logits = self.model(torch.cat([call.ids for call in group]), None)  # no cache, same shape: canvases stacked
         row = 0

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dcode import pipeline
+from dcode.localfill import request_text
 from dcode.models.base import Denoiser
 from dcode.serve.jobs import BadRequest
 
@@ -31,6 +31,16 @@ class Prompt:
     ids: list[int]  # the prompt's token ids, templated
     dropped: int  # messages of earlier turns left out to fit the context
     dropped_tokens: int  # tokens those took (0 when cut by characters before tokenizing)
+
+    def warning(self, context: int) -> str | None:
+        """What the response says when the oldest turns were cut to fit `context` tokens."""
+        if not self.dropped:
+            return None
+        tokens = f" ({self.dropped_tokens} tokens)" if self.dropped_tokens else ""
+        return (
+            f"the conversation did not fit the model's context of {context} tokens: "
+            f"its {self.dropped} oldest messages{tokens} were left out"
+        )
 
 
 def longest_token(tokenizer: Any) -> int | None:
@@ -88,7 +98,7 @@ def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str
     no chat template), the texts of the earlier non-system messages as context before the request."""
     last = last_user(messages)
     chat = [{"role": role, "content": text} for role, text in messages]
-    chat[last]["content"] = pipeline.request_text(model, messages[last][1], language)
+    chat[last]["content"] = request_text(model, messages[last][1], language)
     tokenizer = model.tokenizer
     context = "\n\n".join(m["content"] for m in chat[:last] if m["content"].strip() and m["role"] != "system")
     request = f"{context}\n\n{chat[last]['content']}" if context else chat[last]["content"]

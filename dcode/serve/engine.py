@@ -1,9 +1,9 @@
 """Running jobs: admission, a worker thread per request over one BatchingDenoiser, cancelling.
 
-Owns: a Job -> a Plan (token ids, answer length, sampler settings merged over the server's; a
+Owns: a Job -> Prepared (token ids, answer length, sampler settings merged over the server's; a
 request that does not fit the model's context is refused here, before the model, or its oldest
 turns cut: dcode.serve.conversation), the bounded queue and the running slots, the worker that
-runs the pipeline (or dcode.serve.replies.fill_middle) and emits dcode.serve.replies.Reply's
+runs its flow (dcode.flows.new or complete over dcode.localfill.LocalFiller) and emits dcode.serve.replies.Reply's
 chunks, ending a request at its first stop string, and cancelling (a client gone, or the server
 stopping: then an error ends the answer, never a cut answer that looks whole). Knows nothing
 about HTTP: chunks go to an `emit` callback.
@@ -18,14 +18,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from dcode import pipeline
+from dcode import flows
 from dcode.config import REPAIR_TRIES, SamplerConfig
 from dcode.events import Event, Finished, Step
+from dcode.flows import InputError, check_room
+from dcode.localfill import LocalFiller
 from dcode.models.base import Denoiser
 from dcode.serve import conversation, wire
 from dcode.serve.batching import BatchingDenoiser, RequestCancelled
 from dcode.serve.jobs import BadRequest, Job
-from dcode.serve.replies import Plan, Reply, fill_middle, shutdown_error
+from dcode.serve.replies import Prepared, Reply, shutdown_error
 from dcode.serve.settings import merged
 
 Emit = Callable[[str, Any], None]  # ("chunk", dict) | ("final", dict) | ("error", BadRequest) | ("end", usage)
@@ -33,17 +35,6 @@ Emit = Callable[[str, Any], None]  # ("chunk", dict) | ("final", dict) | ("error
 
 class Overloaded(Exception):
     """Every running slot and every queue place is taken (HTTP 503 with Retry-After)."""
-
-
-def cut_warning(prompt: conversation.Prompt, context: int) -> str | None:
-    """What the response says when the oldest turns of a conversation were cut to fit."""
-    if not prompt.dropped:
-        return None
-    tokens = f" ({prompt.dropped_tokens} tokens)" if prompt.dropped_tokens else ""
-    return (
-        f"the conversation did not fit the model's context of {context} tokens: "
-        f"its {prompt.dropped} oldest messages{tokens} were left out"
-    )
 
 
 def least_tokens(job: Job, length: int) -> int:
@@ -102,7 +93,7 @@ class Engine:
             raise BadRequest(f"{self.served}: the verify strategy needs a masked-diffusion model", "dcode.strategy")
         return config
 
-    def plan(self, job: Job) -> Plan:
+    def prepare(self, job: Job) -> Prepared:
         """The canvas a job needs, or BadRequest when it cannot fit the model's context. Tokenizes
         (up to a bound on characters): run it off the event loop."""
         model, facts = self.model, self.model.facts
@@ -110,7 +101,7 @@ class Engine:
         if job.kind == "chat":
             wanted = job.max_tokens if job.max_tokens is not None else self.length
             prompt = conversation.prompt_ids(model, job.messages, job.language, min(wanted, facts.max_length - 1))
-            prefix, suffix, warning = prompt.ids, [], cut_warning(prompt, facts.max_length)
+            prefix, suffix, warning = prompt.ids, [], prompt.warning(facts.max_length)
         else:
             bound = conversation.character_bound(model)
             chars = len(job.text) + len(job.suffix or "")
@@ -121,36 +112,34 @@ class Engine:
         if not prefix and (facts.shifted or facts.noise == "uniform"):
             raise BadRequest(f"{self.served} needs a non-empty prompt before the text it writes", "prompt")
         room = facts.max_length - len(prefix) - len(suffix)
-        length = job.max_tokens if job.max_tokens is not None else min(self.length, room)
-        if length > room or room < 1:
-            raise BadRequest(
-                f"the {len(prefix) + len(suffix)}-token prompt plus max_tokens {length} exceeds the model's "
-                f"context of {facts.max_length} tokens (at most {max(0, room)} fit)",
-                "max_tokens",
-                code="context_length_exceeded",
-            )
+        length = job.max_tokens if job.max_tokens is not None else max(1, min(self.length, room))
+        try:
+            check_room(len(prefix) + len(suffix), length, facts.max_length, "max_tokens")
+        except InputError as error:
+            raise BadRequest(str(error), "max_tokens", code="context_length_exceeded") from None
         repair = self.repair_rounds > 0 if job.repair is None else job.repair
         rounds = (self.repair_rounds or 3) if repair and job.kind == "chat" else 0
-        return Plan(job, prefix, suffix, length, config, rounds, warning, least_tokens(job, length))
+        return Prepared(job, prefix, suffix, length, config, rounds, warning, least_tokens(job, length))
 
-    def events(self, plan: Plan) -> Iterator[Event]:
-        job, model, tries = plan.job, self.batcher, self.repair_tries
+    def events(self, prepared: Prepared) -> Iterator[Event]:
+        """The flow a job runs, over the local filler on the BatchingDenoiser: `new` for a chat (its
+        prefix the templated conversation), `complete` for a completion (prefix, masks, suffix)."""
+        job = prepared.job
+        filler = LocalFiller(self.batcher, prepared.config, prepared.prefix, prepared.suffix, least=prepared.least)
         if job.kind == "chat":
-            return pipeline.new(
-                model, job.text, job.language, plan.length, plan.config, plan.rounds, tries, plan.prefix, plan.least
-            )
-        return fill_middle(model, plan.prefix, plan.suffix, plan.length, plan.config, plan.least)
+            return flows.new(filler, job.text, job.language, prepared.length, prepared.rounds, self.repair_tries)
+        return flows.complete(filler, prepared.length)
 
-    def under_load(self, plan: Plan) -> Plan:
-        """The plan run while other requests run too: the verify rule with --busy-draft drafts a
+    def under_load(self, prepared: Prepared) -> Prepared:
+        """The job run while other requests run too: the verify rule with --busy-draft drafts a
         pass. Its answer is the one-token-per-pass answer whatever the draft (dcode.rules), so only
         the cost changes: fewer rows per pass, fewer of them wasted, more requests per forward.
         A request that set its own draft keeps it."""
-        if self.busy_draft is None or plan.config.rule != "verify" or "draft" in plan.job.options:
-            return plan
-        return replace(plan, config=replace(plan.config, draft=min(plan.config.draft, self.busy_draft)))
+        if self.busy_draft is None or prepared.config.rule != "verify" or "draft" in prepared.job.options:
+            return prepared
+        return replace(prepared, config=replace(prepared.config, draft=min(prepared.config.draft, self.busy_draft)))
 
-    def submit(self, plan: Plan, emit: Emit) -> Callable[[], None]:
+    def submit(self, prepared: Prepared, emit: Emit) -> Callable[[], None]:
         """Start the job in a worker thread; returns its cancel function. Overloaded when full;
         shutdown_error() once the server is cutting its requests (a request tokenized while the
         cut came would otherwise run whole past it, until uvicorn's backstop cancels it)."""
@@ -162,7 +151,9 @@ class Engine:
             self._admitted += 1
             key = next(self._ids)
             cancelled = self._tickets[key] = threading.Event()
-        threading.Thread(target=self._work, args=(key, plan, emit, cancelled), daemon=True, name=f"job-{key}").start()
+        threading.Thread(
+            target=self._work, args=(key, prepared, emit, cancelled), daemon=True, name=f"job-{key}"
+        ).start()
         return cancelled.set
 
     def cancel_all(self) -> None:
@@ -173,8 +164,8 @@ class Engine:
             for event in self._tickets.values():
                 event.set()
 
-    def _work(self, key: int, plan: Plan, emit: Emit, cancelled: threading.Event) -> None:
-        """A worker: wait for a slot, run the pipeline over the BatchingDenoiser, emit chunks, then the end."""
+    def _work(self, key: int, prepared: Prepared, emit: Emit, cancelled: threading.Event) -> None:
+        """A worker: wait for a slot, run its flow over the BatchingDenoiser, emit chunks, then the end."""
         slot = False
         try:
             while not (slot := self._slots.acquire(timeout=0.1)):
@@ -183,7 +174,7 @@ class Engine:
             with self._lock:
                 self._running += 1
                 busy = self._admitted > 1
-            self._run(self.under_load(plan) if busy else plan, emit, cancelled)
+            self._run(self.under_load(prepared) if busy else prepared, emit, cancelled)
         except RequestCancelled:  # the client went away (no one to tell), or the server is stopping
             if self._stopping:
                 emit("error", shutdown_error())
@@ -199,11 +190,11 @@ class Engine:
                 self._slots.release()
             emit("end", None)
 
-    def _run(self, plan: Plan, emit: Emit, cancelled: threading.Event) -> None:
-        reply = Reply(plan, self.model, self.served)
+    def _run(self, prepared: Prepared, emit: Emit, cancelled: threading.Event) -> None:
+        reply = Reply(prepared, self.model, self.served)
         began = time.perf_counter()
         with self.batcher.worker(cancelled):
-            for event in self.events(plan):
+            for event in self.events(prepared):
                 if cancelled.is_set():
                     raise RequestCancelled
                 if isinstance(event, Step):

@@ -1,34 +1,32 @@
-"""One request's stream: the fill-in-the-middle stage, stop strings, and events -> wire chunks.
+"""One request's stream: stop strings, and events -> wire chunks.
 
-Owns: the Plan (what a request runs: token ids, answer length, settings), fill_middle (prompt +
-masks + suffix through the same denoise(), ending once the middle has ended), cutting at stop
-strings (and holding back what could start one), and Reply, which turns the pipeline's events
-into what the wire sends: appended deltas of the settled left-to-right text, or the whole canvas
-with render.Describer's Frames, then the answer. Knows nothing about HTTP, threads or queues.
+Owns: Prepared (what a request runs: token ids, answer length, settings; the canvas itself is
+dcode.localfill's, as on the command line), cutting at stop strings (and holding back what could
+start one), and Reply, which turns a flow's events into what the wire sends: appended deltas of
+the settled left-to-right text, or the whole canvas with render.Describer's Frames, then the
+answer. Knows nothing about HTTP, threads or queues.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from dcode import pipeline
 from dcode.config import SamplerConfig
-from dcode.events import Event, Finished, RepairRound, Started, Step
-from dcode.models.base import Denoiser, ModelFacts
+from dcode.events import Event, Finished, RepairRound, Step
+from dcode.localfill import answer_ids, decode
+from dcode.models.base import Denoiser
 from dcode.render import Describer, Frame
-from dcode.sampler import denoise, trim_answer
 from dcode.serve import wire
 from dcode.serve.jobs import BadRequest, Job
 
 
 @dataclass(frozen=True)
-class Plan:
+class Prepared:
+    """A job ready to run: what its canvas holds around the answer, and how it is sampled."""
+
     job: Job
     prefix: list[int]  # token ids before the answer (chat: the templated request)
     suffix: list[int]  # token ids after the answer (fill-in-the-middle), else empty
@@ -39,49 +37,10 @@ class Plan:
     least: int = 0  # answer positions that hold no end token: ignore_eos (all of them) or min_tokens
 
 
-def answer_ids(facts: ModelFacts, ids: list[int], middle: bool) -> list[int]:
-    """The answer's token ids of a canvas's answer region `ids`: a middle's (a suffix follows it)
-    without end, pad or mask tokens; a whole answer's up to its first end token, without pad or
-    mask ones (sampler.trim_answer)."""
-    drop = frozenset({facts.pad_id, facts.mask_id})
-    if middle:
-        return [t for t in ids if t not in drop | facts.eos_ids]
-    return trim_answer(torch.tensor(ids, dtype=torch.long), facts.eos_ids, drop)
-
-
 def shutdown_error() -> BadRequest:
     """What ends an answer cut by the server stopping: a 503, or the stream's last event before [DONE]."""
     message = "the server is shutting down: the answer was cut short; send the request again"
     return BadRequest(message, None, 503, "server_shutdown", kind="server_error")
-
-
-def fill_middle(
-    model: Denoiser, prefix: list[int], suffix: list[int], length: int, config: SamplerConfig, least: int = 0
-) -> Iterator[Started | Step | Finished]:
-    """`/v1/completions`: Started, then prefix + `length` masks (+ suffix) filled by denoise(); then Finished
-    with the answer's text. With a suffix the masks are a middle whose length the model chooses:
-    once it writes an end token the positions after it are padding (config.stop_at_eos), so a short
-    middle takes the passes it needs, not those of `length`; end and pad tokens are dropped. The
-    first `least` positions never hold one (min_tokens; ignore_eos: all `length`)."""
-    facts = model.facts
-    canvas = torch.tensor(prefix + [facts.mask_id] * length + suffix, dtype=torch.long)
-    fill = torch.zeros(len(canvas), dtype=torch.bool)
-    fill[len(prefix) : len(prefix) + length] = True
-    yield Started((len(prefix), len(canvas)), ((len(prefix), len(prefix) + length),))
-    began = time.perf_counter()
-    last: Step | None = None
-    for last in denoise(model, canvas, len(prefix), config, fill=fill, least=least):  # ends at its end token
-        yield last
-    assert last is not None
-    kept = answer_ids(facts, last.canvas[len(prefix) : len(prefix) + length].tolist(), middle=bool(suffix))
-    yield Finished(
-        code=pipeline.decode(model, kept),
-        prompt_tokens=len(prefix) + len(suffix),
-        tokens=len(kept),
-        canvas=length,
-        forward=last.forward,
-        seconds=time.perf_counter() - began,
-    )
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
@@ -108,9 +67,9 @@ def held_back(text: str, stops: tuple[str, ...], chat: bool) -> str:
 class Reply:
     """One request's events -> the chunks its stream sends, and its final answer."""
 
-    def __init__(self, plan: Plan, model: Denoiser, served: str) -> None:
-        self.plan, self.model, self.served = plan, model, served
-        self.job = plan.job
+    def __init__(self, prepared: Prepared, model: Denoiser, served: str) -> None:
+        self.prepared, self.model, self.served = prepared, model, served
+        self.job = prepared.job
         self.ident = ("chatcmpl-" if self.job.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         facts = model.facts
         self.describer = Describer(
@@ -130,7 +89,7 @@ class Reply:
     def chunk(
         self, text: str | None, finish: str | None = None, extension: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        kind, warning = self.job.kind, self.plan.warning if self.first else None
+        kind, warning = self.job.kind, self.prepared.warning if self.first else None
         out = wire.chunk(
             kind,
             self.ident,
@@ -155,20 +114,20 @@ class Reply:
             used,
             metadata,
             created=self.created,
-            warning=self.plan.warning,
+            warning=self.prepared.warning,
         )
 
     def stopped(self, step: Step, elapsed: float) -> Finished | None:
         """The answer as it stands when its settled text already holds a stop string: what comes
         after cannot change what the client gets, so the request ends here (repair off)."""
-        plan = self.plan
-        if not self.job.stop or plan.rounds:
+        prepared = self.prepared
+        if not self.job.stop or prepared.rounds:
             return None
         ids, text = self.settled(step)
         if not cut_at_stop(text, self.job.stop)[1]:
             return None
-        prompt = len(plan.prefix) + len(plan.suffix)
-        return Finished(text, prompt, len(ids), plan.length, step.forward, elapsed)
+        prompt = len(prepared.prefix) + len(prepared.suffix)
+        return Finished(text, prompt, len(ids), prepared.length, step.forward, elapsed)
 
     def settled(self, step: Step) -> tuple[list[int], str]:
         """The answer's left-to-right prefix that holds no mask, as ids and as text: decoded once a
@@ -179,15 +138,15 @@ class Reply:
         return self._settled[1], self._settled[2]
 
     def text_of(self, ids: list[int]) -> str:
-        text = pipeline.decode(self.model, ids)
+        text = decode(self.model, ids)
         return text.lstrip("\n") if self.job.kind == "chat" else text
 
     def settled_ids(self, step: Step) -> list[int]:
         """The token ids of the answer's left-to-right prefix that holds no mask, end tokens dropped."""
-        facts, plan = self.model.facts, self.plan
-        answer = step.canvas[len(plan.prefix) : len(plan.prefix) + plan.length].tolist()
+        facts, prepared = self.model.facts, self.prepared
+        answer = step.canvas[len(prepared.prefix) : len(prepared.prefix) + prepared.length].tolist()
         open_at = answer.index(facts.mask_id) if facts.mask_id in answer else len(answer)
-        return answer_ids(facts, answer[:open_at], middle=bool(plan.suffix))
+        return answer_ids(facts, answer[:open_at], middle=bool(prepared.suffix))
 
     def on_event(self, event: Event, elapsed: float) -> list[dict[str, Any]]:
         """The chunks a streamed event sends (none for a non-streamed request). The Describer sees
@@ -204,7 +163,7 @@ class Reply:
                 ext = wire.repair_round_event(event.round, event.attempt, spans, event.issues_after, event.kept)
                 return [self.chunk(wire.canvas_text(self.frame) if self.frame else "", extension=ext)]
             return []
-        if not isinstance(event, Step) or self.plan.rounds:  # repair may change any of it: send at the end
+        if not isinstance(event, Step) or self.prepared.rounds:  # repair may change any of it: send at the end
             return []
         text, _ = cut_at_stop(self.settled(event)[1], self.job.stop)
         now = held_back(text, self.job.stop, self.job.kind == "chat")
@@ -216,8 +175,8 @@ class Reply:
     def finish(self, done: Finished) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]]:
         """(answer text, finish reason, metadata, the stream's last chunks)."""
         text, stopped = cut_at_stop(done.code, self.job.stop)
-        ended = done.tokens < done.canvas or (done.repair is not None and done.repair.rounds > 0)
-        reason = "stop" if stopped or ended or self.plan.suffix else "length"
+        ended = done.tokens < done.masks or (done.repair is not None and done.repair.rounds > 0)
+        reason = "stop" if stopped or ended or self.prepared.suffix else "length"
         metadata = {"model": self.model.facts.name, "language": self.job.language, **done.metadata()}
         if not self.job.stream:
             return text, reason, metadata, []

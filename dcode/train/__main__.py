@@ -104,11 +104,11 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     """TrainConfig's defaults with the fit options given on the command line."""
     from dcode.train.train import TrainConfig
 
-    canvases = tuple(int(c) for c in args.canvases.split(",")) if args.canvases is not None else None
+    lengths = tuple(int(c) for c in args.canvases.split(",")) if args.canvases is not None else None
     given = {
         "ar_tokens": args.ar_tokens,
         "batch": args.batch,
-        "canvases": canvases,
+        "answer_lengths": lengths,
         "certainty": args.certainty,
         "t_min": args.t_min,
         "lr": args.lr,

@@ -156,16 +156,16 @@ class TrainingBatches:
         stream = np.concatenate(parts)[:need]
         return torch.from_numpy(stream).view(batch, context)
 
-    def canvases(self, batch: int, canvas: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block-diffusion phase: examples whose code fits `canvas`, PAD-padded to the row length.
+    def canvases(self, batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block-diffusion phase: examples whose code fits `length` answer tokens, PAD-padded to the row length.
 
         Returns ids (B, T) and answer (B, T) bool, True on the code/EOS/pad positions the model
         must learn to fill (the prompt is never masked).
         """
-        fits = np.flatnonzero(self.lengths <= canvas)
+        fits = np.flatnonzero(self.lengths <= length)
         picks = self.rng.choice(fits, size=batch)
         rows = [self.sequence(int(i)) for i in picks]
-        width = max(start for _, start in rows) + canvas
+        width = max(start for _, start in rows) + length
         ids = torch.full((batch, width), self.ids[PAD], dtype=torch.long)
         answer = torch.zeros((batch, width), dtype=torch.bool)
         for b, (seq, start) in enumerate(rows):

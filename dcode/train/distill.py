@@ -23,9 +23,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from dcode import pipeline
+from dcode import flows
 from dcode.config import SamplerConfig
 from dcode.events import Finished, drain
+from dcode.localfill import LocalFiller
 from dcode.models.base import Denoiser
 from dcode.syntax import is_real_code
 from dcode.train.corpus import Unit
@@ -62,7 +63,7 @@ def join(parts: Sequence[tuple[Examples, Sequence[int]]]) -> Examples:
 
 def answer(model: Denoiser, request: str, length: int, config: SamplerConfig) -> str:
     """The model's answer to request as `dcode new --no-repair` writes it with config."""
-    events = pipeline.new(model, request, "python", length, config, repair_rounds=0)
+    events = flows.new(LocalFiller(model, config), request, "python", length, repair_rounds=0)
     return drain(events, result=Finished).code
 
 

@@ -63,7 +63,7 @@ class TrainConfig:
     block: int = 16  # attention block size of the finished model (BD3-LM uses 4-16)
     context: int = 256  # AR phase row length
     batch: int = 16  # rows per step
-    canvases: tuple[int, ...] = (64, 128, 256)  # BD phase answer lengths, one per step in turn
+    answer_lengths: tuple[int, ...] = (64, 128, 256)  # BD phase answer lengths, one per step in turn
     ar_tokens: int = 12_000_000  # tokens of AR pretraining before switching to BD
     lr: float = 2e-3  # peak AdamW learning rate (constant after warm-up; the EMA smooths it)
     bd_lr: float = 1e-3  # learning rate in the BD phase
@@ -250,10 +250,10 @@ class Trainer:
             with self.autocast():
                 loss = ar_loss(self.model, ids)
         else:
-            canvas = cfg.canvases[self.step % len(cfg.canvases)]
+            length = cfg.answer_lengths[self.step % len(cfg.answer_lengths)]
             # Same token budget per step: short canvases get proportionally more rows.
-            rows = max(1, cfg.batch * cfg.context // (canvas + 32))
-            ids, answer = self.train.canvases(rows, canvas)
+            rows = max(1, cfg.batch * cfg.context // (length + 32))
+            ids, answer = self.train.canvases(rows, length)
             masked = noise(ids, answer, cfg.block, cfg.t_min, self.gen)
             with self.autocast():
                 loss = bd_loss(

@@ -1,11 +1,12 @@
 """The local filler: a diffusion model and the one sampler (dcode.sampler.denoise) filling masks on
-a token canvas, for the flows of dcode.flows (new, edit, repair), plus those flows over a local
-model in one call (`new`, `edit`, `repair_file`, `repair`).
+a token canvas, for the flows of dcode.flows (new, edit, repair, complete). A caller runs a flow
+with it: `flows.new(LocalFiller(model, config), request, language, length)`.
 
-Owns: turning a request into a canvas (prompt template, chat template, masks), an edit's canvas
-(the region's masks between the context a window keeps), a repair round's re-masked canvases
-(dcode.repair), decoding what the sampler wrote, and the counters a report needs. Knows nothing
-about argv, the environment or the terminal.
+Owns: turning a request into a canvas (prompt template, chat template, masks, and the text after
+them when a server's completion has a suffix), an edit's canvas (the region's masks between the
+context a window keeps), a repair round's re-masked canvases (dcode.repair), decoding what the
+sampler wrote, and the counters a report needs. Every canvas's room is checked by
+dcode.flows.check_room. Knows nothing about argv, the environment or the terminal.
 """
 
 from __future__ import annotations
@@ -17,19 +18,16 @@ from importlib import resources
 
 import torch
 
-from dcode import flows
-from dcode.config import REPAIR_TRIES, SamplerConfig
+from dcode.config import SamplerConfig
 from dcode.events import Event, Span, Started, Step, Unit
 from dcode.filler import Draft, Fills, Identity, Plan, Reading
 from dcode.flows import InputError, check_room
-from dcode.models.base import Denoiser
+from dcode.models.base import Denoiser, ModelFacts
 from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
 from dcode.sampler import denoise, trim_answer
 from dcode.spans import Origin
 from dcode.syntax import Issue, normalize_language
 from dcode.window import Window, choose, narrower
-
-__all__ = ["InputError", "ModelFiller", "check_room", "edit", "new", "repair", "repair_file"]
 
 
 def template(name: str) -> str:
@@ -63,11 +61,30 @@ def decode(model: Denoiser, ids: list[int]) -> str:
     return str(model.tokenizer.decode(ids, skip_special_tokens=False))
 
 
+def answer_ids(facts: ModelFacts, ids: list[int], middle: bool) -> list[int]:
+    """The answer's token ids of a canvas's answer region `ids`: a middle's (text follows it on
+    the canvas) without end, pad or mask tokens; a whole answer's up to its first end token,
+    without pad or mask ones (sampler.trim_answer)."""
+    drop = frozenset({facts.pad_id, facts.mask_id})
+    if middle:
+        return [t for t in ids if t not in drop | facts.eos_ids]
+    return trim_answer(torch.tensor(ids, dtype=torch.long), facts.eos_ids, drop)
+
+
 def answer_text(model: Denoiser, canvas: torch.Tensor, start: int) -> tuple[str, int]:
     """Decoded answer and its token count: up to the first end token, pads and masks dropped."""
-    facts = model.facts
-    ids = trim_answer(canvas[start:], facts.eos_ids, frozenset({facts.pad_id, facts.mask_id}))
+    ids = answer_ids(model.facts, canvas[start:].tolist(), middle=False)
     return decode(model, ids), len(ids)
+
+
+def masked(before: list[int], length: int, after: list[int], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The canvas every local fill samples on: `before`, `length` masks, `after` (L,), and which
+    positions the sampler fills (L,) bool: the masks, marked explicitly (a uniform-noise model's
+    placeholder is a real token). Example: masked([7], 2, [9], 0) -> [7, 0, 0, 9], [F, T, T, F]."""
+    canvas = torch.tensor(before + [mask_id] * length + after, dtype=torch.long)
+    masks = torch.zeros(len(canvas), dtype=torch.bool)
+    masks[len(before) : len(before) + length] = True
+    return canvas, masks
 
 
 def check_length(model: Denoiser, prompt_tokens: int, length: int) -> None:
@@ -84,14 +101,19 @@ def edit_budget(region_tokens: int) -> int:
 @dataclass(frozen=True)
 class EditLayout:
     """An edit's canvas, laid out: prompt, the context the window keeps before the region, the
-    region's masks, the context after it."""
+    region's masks, the context after it (masked() builds it)."""
 
-    ids: list[int]
-    start: int  # the first mask
+    before: list[int]  # the prompt and the context before the region
+    after: list[int]  # the context after the region
     budget: int  # masks: the region's room
     region_tokens: int  # tokens of the region before the edit
     context_tokens: int  # tokens of the file around the region on the canvas
     window: Window
+
+    @property
+    def start(self) -> int:
+        """The first mask's position."""
+        return len(self.before)
 
 
 def region_budget(prompt: int, region: int, length: int | None, limit: int, where: str) -> int:
@@ -139,9 +161,7 @@ def edit_layout(
             narrowed = narrower(window, data)  # the estimate from the whole file's tokens was short
             assert narrowed is not None, "a window without context always fits"
             window = narrowed
-    start = len(ids) + len(head)
-    canvas = ids + head + [facts.mask_id] * budget + tail
-    return EditLayout(canvas, start, budget, len(body), len(head) + len(tail), window)
+    return EditLayout(ids + head, tail, budget, len(body), len(head) + len(tail), window)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,14 +179,17 @@ class TokenPlan:
 
 
 @dataclass
-class ModelFiller:
+class LocalFiller:
     """dcode.filler.Filler over a local model: every fill is the sampler on a canvas of tokens.
-    `prompt` (token ids) replaces the request's template when given (tests, benchmarks); a draft's
-    first `least` answer positions hold no end token (a server's min_tokens or ignore_eos)."""
+    `prompt` (token ids) replaces the request's template when given (a served conversation, tests,
+    benchmarks); `suffix` (token ids) follows a draft's masks (a server's fill in the middle: the
+    answer is a middle, end tokens dropped wherever they are); a draft's first `least` answer
+    positions hold no end token (a server's min_tokens or ignore_eos)."""
 
     denoiser: Denoiser
     config: SamplerConfig
     prompt: list[int] | None = None
+    suffix: list[int] = field(default_factory=list)
     unit: Unit = "pass"
     least: int = 0
     _prompts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
@@ -199,14 +222,17 @@ class ModelFiller:
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         model = self.denoiser
         ids = self.prompt_for(request, language)
-        check_length(model, len(ids), length)
-        canvas = torch.tensor(ids + [model.facts.mask_id] * length, dtype=torch.long)
-        masks = torch.arange(len(canvas)) >= len(ids)  # explicit: a uniform-noise model's placeholder is a real token
-        yield Started((len(ids), len(canvas)), ((len(ids), len(canvas)),))
+        check_length(model, len(ids) + len(self.suffix), length)
+        canvas, masks = masked(ids, length, self.suffix, model.facts.mask_id)
+        yield Started((len(ids), len(canvas)), ((len(ids), len(ids) + length),))
         began = time.perf_counter()
-        last = yield from sampled(denoise(model, canvas, len(ids), self.config, fill=masks, least=self.least))
-        text, kept = answer_text(model, last.canvas, len(ids))
-        return Draft(text, len(ids), kept, length, last.forward, time.perf_counter() - began)
+        # with a suffix the masks are a middle whose length the model chooses: once it writes an end
+        # token the positions after it are padding (config.stop_at_eos), so a short middle takes the
+        # passes it needs, not those of `length`
+        last = yield from sampled(denoise(model, canvas, len(ids), self.config, masks=masks, least=self.least))
+        kept = answer_ids(model.facts, last.canvas[len(ids) : len(ids) + length].tolist(), middle=bool(self.suffix))
+        seconds = time.perf_counter() - began
+        return Draft(decode(model, kept), len(ids) + len(self.suffix), len(kept), length, last.forward, seconds)
 
     def region(
         self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
@@ -214,17 +240,13 @@ class ModelFiller:
         model, data = self.denoiser, source.encode()
         ids = self.prompt_for(instruction, language)
         layout = edit_layout(model, data, region, ids, length, language, name)
-        canvas = torch.tensor(layout.ids, dtype=torch.long)
-        masks = torch.zeros(len(canvas), dtype=torch.bool)
-        masks[layout.start : layout.start + layout.budget] = True
+        canvas, masks = masked(layout.before, layout.budget, layout.after, model.facts.mask_id)
         # the view shows the whole file; a region in the middle of the file must not end it
         yield Started((len(ids), len(canvas)), ((layout.start, layout.start + layout.budget),))
         began = time.perf_counter()
         run = replace(self.config, stop_at_eos=False)
-        last = yield from sampled(denoise(model, canvas, layout.start, run, fill=masks))
-        facts = model.facts
-        drop = facts.eos_ids | {facts.pad_id, facts.mask_id}
-        kept = [t for t in last.canvas[layout.start : layout.start + layout.budget].tolist() if t not in drop]
+        last = yield from sampled(denoise(model, canvas, layout.start, run, masks=masks))
+        kept = answer_ids(model.facts, last.canvas[layout.start : layout.start + layout.budget].tolist(), middle=True)
         window = layout.window.metadata(data, layout.context_tokens)
         return Draft(
             decode(model, kept), len(ids), len(kept), layout.budget, last.forward, time.perf_counter() - began,
@@ -266,74 +288,3 @@ def sampled(steps: Iterator[Step]) -> Generator[Step, None, Step]:
         yield last
     assert last is not None
     return last
-
-
-# ---------------------------------------------------------------------------------------------
-# The flows over a local model, in one call
-
-
-def new(
-    model: Denoiser,
-    request: str,
-    language: str,
-    length: int,
-    config: SamplerConfig,
-    repair_rounds: int = 3,
-    repair_tries: int = REPAIR_TRIES,
-    prompt: list[int] | None = None,
-    least: int = 0,
-) -> Iterator[Event]:
-    """dcode.flows.new with the local sampler: Started, steps, the repair pass's tries, Finished.
-    `prompt`: the templated prompt's ids when the caller built them (a served conversation), else
-    prompt_ids of the request; `least`: answer positions that hold no end token (ModelFiller)."""
-    filler = ModelFiller(model, config, prompt, least=least)
-    return flows.new(filler, request, language, length, repair_rounds, repair_tries)
-
-
-def edit(
-    model: Denoiser,
-    source: str,
-    region: tuple[int, int],
-    instruction: str,
-    language: str,
-    config: SamplerConfig,
-    length: int | None = None,
-    repair_rounds: int = 3,
-    name: str = "the file",
-    repair_tries: int = REPAIR_TRIES,
-) -> Iterator[Event]:
-    """dcode.flows.edit with the local sampler. The canvas is prompt + text before the region +
-    masks + text after it, so the model sees the code on both sides (a block-causal model such as
-    dcode-tiny only uses what comes before); a file too long for the model's context gets a window
-    of the lines nearest the region (edit_layout). `length` masks, or the region's tokens plus
-    max(16, 50%); masks filled with end or pad tokens are dropped, so the region can shrink."""
-    filler = ModelFiller(model, config)
-    return flows.edit(filler, source, region, instruction, language, length, repair_rounds, name, repair_tries)
-
-
-def repair_file(
-    model: Denoiser,
-    source: str,
-    language: str,
-    name: str,
-    config: SamplerConfig,
-    rounds: int,
-    tries: int = REPAIR_TRIES,
-) -> Iterator[Event]:
-    """dcode.flows.repair_file with the local sampler: a file longer than the model's context is
-    repaired span by span, each in its own window."""
-    return flows.repair_file(ModelFiller(model, config), source, language, name, rounds, tries)
-
-
-def repair(
-    model: Denoiser,
-    prompt: list[int],
-    code: str,
-    language: str,
-    config: SamplerConfig,
-    rounds: int = 3,
-    tries: int = REPAIR_TRIES,
-    origin: Origin = "file",
-) -> Iterator[Event]:
-    """dcode.flows.repair with the local sampler and the prompt ids `prompt` at the head of its canvases."""
-    return flows.repair(ModelFiller(model, config, prompt), code, language, "", rounds, tries, origin)
