@@ -152,7 +152,9 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
     result = run(build_app(), ["models", "--verbose"])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1].startswith("dcode-tiny") and lines[6].startswith("JetLM/SDAR-4B-Chat")
+    assert lines[1].startswith("dcode-tiny") and lines[7].startswith("JetLM/SDAR-4B-Chat")
+    loaded = [line for line in lines if line.startswith("  weights loaded, per --quantize: none ")]  # SDAR: no weights here
+    assert [lines.index(line) for line in loaded] == [6] and all(", int8 " in s and ", int4 " in s for s in loaded)
     runs_in = f"  runs in: {cpu_dtype()} on this CPU, bfloat16 on CUDA (--dtype auto)"
     assert lines[2:6] == [
         "  end of answer: <|eos|> (1)",
@@ -160,7 +162,7 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
         "  logits shifted: yes   block: 16   max length: 2048",
         runs_in,
     ]
-    assert lines[7:11] == [
+    assert lines[8:12] == [
         "  end of answer: <|endoftext|> (151643), <|im_end|> (151645)",
         "  pad: <|endoftext|> (151643)   mask: <|MASK|> (151669)",
         "  logits shifted: no   block: 4   max length: 32768",
