@@ -153,7 +153,8 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1].startswith("dcode-tiny") and lines[7].startswith("JetLM/SDAR-4B-Chat")
-    loaded = [line for line in lines if line.startswith("  weights loaded, per --quantize: none ")]  # SDAR: no weights here
+    # the weights' size per --quantize (the SDAR release here has no weight files)
+    loaded = [line for line in lines if line.startswith("  weights loaded, per --quantize: none ")]
     assert [lines.index(line) for line in loaded] == [6] and all(", int8 " in s and ", int4 " in s for s in loaded)
     runs_in = f"  runs in: {cpu_dtype()} on this CPU, bfloat16 on CUDA (--dtype auto)"
     assert lines[2:6] == [
