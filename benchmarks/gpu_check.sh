@@ -26,6 +26,9 @@
 # a family that timed out (which leaves no report) runs once more with LIMIT=1 REPEATS=1 when at
 # least 30 s of the budget are left; (4) a summary: one line per setting with ms per forward,
 # tokens per forward, tok/s and whether the cache was on, then every family's speed.md.
+# (3b) per kind of QUANTIZE and family of QUANT_FAMILIES, `bench speed --quantize KIND` (the fast
+# setting, 1 prompt, 1 repeat, no autoregressive baseline) into OUT/<family>-<kind>/: the same
+# checkpoint's speed with its linear layers quantised as they load (torchao), beside step 3's.
 #
 # "With and without the cache": the bench has no cache switch (DCODE_CACHE is not read by it); its
 # settings fix the cache. one-per-pass, the reference loop, runs WITHOUT it; the fast settings run
@@ -52,6 +55,7 @@
 #   FORWARD_MODELS [dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma]
 #   AR [1; 0 skips the autoregressive baseline]   SETTINGS [per family as above; "all" for every
 #   setting the bench has; or a comma-separated list valid for every family]
+#   QUANTIZE [int8,int4: step 3b times these --quantize kinds; "" skips it]   QUANT_FAMILIES [qwen2,sdar]
 #   FAMILY_TIMEOUT [90 s]   BUDGET [420 s for the whole check: a family starts only with 20 s of it
 #   left and never runs past it]   PYTHON [python, else python3]
 #
@@ -76,6 +80,8 @@ FORWARD_SCALE=${FORWARD_SCALE:-real}
 FORWARD_BUDGET=${FORWARD_BUDGET:-210}
 FORWARD_MODELS=${FORWARD_MODELS:-dream-7b,fast-dllm-v2-7b,llada-8b,sdar-8b,diffusion-gemma}
 AR=${AR:-1}
+QUANTIZE=${QUANTIZE-int8,int4}
+QUANT_FAMILIES=${QUANT_FAMILIES:-qwen2,sdar}
 SETTINGS=${SETTINGS:-}
 FAMILY_TIMEOUT=${FAMILY_TIMEOUT:-90}
 BUDGET=${BUDGET:-420}
@@ -128,12 +134,25 @@ bench() {
     limited "$seconds" "$PYTHON" -m dcode.cli bench speed "${args[@]}" >"$OUT/$family/bench.log" 2>&1
 }
 
+# quantized_bench FAMILY KIND SECONDS: `dcode bench speed --quantize KIND` (the fast setting, one
+# prompt, one repeat) into OUT/FAMILY-KIND; its exit status.
+quantized_bench() {
+    local family=$1 kind=$2 seconds=$3 fast
+    fast=$(settings_for "$family")
+    mkdir -p "$OUT/$family-$kind"
+    echo "== $family: dcode bench speed --quantize $kind --settings ${fast##*,} (timeout $seconds s)"
+    limited "$seconds" "$PYTHON" -m dcode.cli bench speed --model "$CKPT/$family" --device "$DEVICE" --limit 1 \
+        --length "$LENGTH" --repeats 1 --out "$OUT/$family-$kind" -q --no-ar --settings "${fast##*,}" \
+        --quantize "$kind" >"$OUT/$family-$kind/bench.log" 2>&1
+}
+
 check() {
     local began=$SECONDS family rc left limit
     local -a status=()
     echo "== dcode GPU check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
     echo "   DEVICE=$DEVICE SIZE=$SIZE LIMIT=$LIMIT LENGTH=$LENGTH REPEATS=$REPEATS AR=$AR FAMILIES=$FAMILIES"
     echo "   SETTINGS=${SETTINGS:-per family} FAMILY_TIMEOUT=$FAMILY_TIMEOUT BUDGET=$BUDGET PYTHON=$PYTHON OUT=$OUT"
+    echo "   QUANTIZE=$QUANTIZE QUANT_FAMILIES=$QUANT_FAMILIES"
     echo "   FORWARD=$FORWARD FORWARD_SCALE=$FORWARD_SCALE FORWARD_BUDGET=$FORWARD_BUDGET FORWARD_MODELS=$FORWARD_MODELS"
     echo "   git $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
@@ -213,9 +232,30 @@ check() {
         [ "$rc" = 0 ] || [ "$rc" = reduced ] || tail -n 15 "$OUT/$family/bench.log" | sed 's/^/   | /'
     done
 
+    local quantized="" kind
+    for family in ${QUANT_FAMILIES//,/ }; do
+        for kind in ${QUANTIZE//,/ }; do
+            [ -f "$CKPT/$family/config.json" ] || continue
+            left=$((BUDGET - (SECONDS - began)))
+            if [ "$left" -lt 20 ]; then
+                status+=("$family --quantize $kind: skipped, budget spent")
+                continue
+            fi
+            quantized+=",$family-$kind"
+            local start=$SECONDS
+            if quantized_bench "$family" "$kind" $((left < FAMILY_TIMEOUT ? left : FAMILY_TIMEOUT)); then
+                status+=("$family --quantize $kind: ok in $((SECONDS - start)) s")
+            else
+                status+=("$family --quantize $kind: FAILED")
+                tail -n 15 "$OUT/$family-$kind/bench.log" | sed 's/^/   | /'
+            fi
+            echo "   ${status[-1]}"
+        done
+    done
+
     echo "== summary ($((SECONDS - began)) s in all)"
     printf '%s\n' "${status[@]}"
-    "$PYTHON" - "$OUT" "$FAMILIES" <<'PY' || echo "!! the summary table failed"
+    "$PYTHON" - "$OUT" "$FAMILIES$quantized" <<'PY' || echo "!! the summary table failed"
 import json
 import sys
 from pathlib import Path

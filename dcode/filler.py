@@ -54,20 +54,23 @@ class Identity:
     device: str | None = None  # a local model's device
     dtype: str | None = None  # the dtype a local model runs in
     endpoint: str | None = None  # a served model's address, without user, password or query
+    quantize: str = "none"  # a local model's quantised weights: none, int8, int4 (dcode.models.quantize)
 
     @property
     def report(self) -> dict[str, object]:
-        """Its keys in a --json report: the model, and the dtype it ran in or the endpoint."""
+        """Its keys in a --json report: the model, and the dtype and quantisation it ran in or the endpoint."""
         if self.endpoint is not None:
             return {"model": self.model, "endpoint": self.endpoint}
-        return {"model": self.model, "dtype": self.dtype}
+        return {"model": self.model, "dtype": self.dtype, "quantize": self.quantize}
 
     @property
     def shown(self) -> str:
-        """The summary line's name for it: "dcode-tiny in bfloat16", "mercury-2 at host"."""
+        """The summary line's name for it: "dcode-tiny in bfloat16", "dcode-tiny in bfloat16 with int8
+        weights", "mercury-2 at host"."""
         if self.endpoint is not None:
             return f"{self.model} at {urlsplit(self.endpoint).hostname or ''}"
-        return f"{self.model} in {self.dtype}" if self.dtype else self.model
+        weights = f" with {self.quantize} weights" if self.quantize != "none" else ""
+        return f"{self.model} in {self.dtype}{weights}" if self.dtype else self.model
 
 
 @dataclass(frozen=True)

@@ -203,8 +203,9 @@ class LocalFiller:
 
     def identity(self) -> Identity:
         from dcode.dtypes import running_dtype
+        from dcode.models.quantize import describe
 
-        return Identity(self.model, self.device, running_dtype(self.denoiser))
+        return Identity(self.model, self.device, running_dtype(self.denoiser), quantize=describe(self.denoiser))
 
     def reading(self) -> Reading:
         facts = self.denoiser.facts

@@ -52,6 +52,7 @@ class Option:
     recorded: bool = False  # the history keeps its value when the user set it (dcode log)
     secret: bool = False  # never recorded, printed or reported (the key sent to an endpoint)
     standard: bool = False  # one of OpenAI's request fields (temperature, top_p, seed): sent as such
+    choices: tuple[str, ...] = ()  # the values accepted (dcode.cli.resolve checks them); () = any
 
     def __post_init__(self) -> None:
         if self.secret and self.recorded:
@@ -190,7 +191,18 @@ DTYPE_OPTION = Option(
     "auto",
     recorded=True,
 )
-MODEL: tuple[Option, ...] = (MODEL_OPTION, DEVICE_OPTION, DTYPE_OPTION)
+QUANTIZE_OPTION = Option(
+    "quantize",
+    "--quantize",
+    "DCODE_QUANTIZE",
+    "auto, none, int8 or int4: the linear layers' weights quantised as they load (torchao; auto: none, "
+    "docs/models.md says why).",
+    str,
+    "auto",
+    recorded=True,
+    choices=("auto", "none", "int8", "int4"),  # dcode.models.quantize.KINDS (torch-free, but not imported here)
+)
+MODEL: tuple[Option, ...] = (MODEL_OPTION, DEVICE_OPTION, DTYPE_OPTION, QUANTIZE_OPTION)
 
 LIVE_OPTION = Option(
     "live",

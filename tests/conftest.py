@@ -311,7 +311,7 @@ def scripted(tokenizer, monkeypatch: pytest.MonkeyPatch):
     made: list[ScriptedDenoiser] = []
 
     def use(*scripts, **options) -> list[ScriptedDenoiser]:
-        def load_model(spec, device, dtype="auto"):
+        def load_model(spec, device, dtype="auto", quantize="auto"):
             made.append(ScriptedDenoiser(tokenizer, *scripts, **options))
             return made[-1]
 

@@ -32,7 +32,8 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert result.exit_code == 0, (result.stderr, result.exception)
     lines = result.stdout.splitlines()
     assert lines[0].split() == [
-        "NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS"
+        "NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "INT8", "INT4", "HUMANEVAL/MBPP",
+        "FITS",
     ]  # fmt: skip
     assert len(lines) == 1 + len(catalogue.CATALOGUE)
     assert lines[1].split()[:7] == ["sdar-1.7b", "JetLM/SDAR-1.7B-Chat", "sdar", "2.03B", "4.06", "GB", "Apache-2.0"]
@@ -40,13 +41,16 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     rows = {line.split()[0]: line for line in lines[1:]}
     coder = rows["a2d-coder-0.5b"].split()  # what a pull downloads and prints: the head is stored twice
     assert coder[:5] == ["a2d-coder-0.5b", CODER, "a2d", "0.63B", "1.26"]
-    assert coder[6:] == ["Apache-2.0", "1.3", "GB", "2.5", "GB", "39.0/33.2", "RAM", "(float32)"]
-    assert rows["llada-8b"].split()[-2:] == ["49.4/41.0", "no"]  # ML-GSAI/LLaDA EVAL.md; 16 GB in 8
+    assert coder[6:] == [
+        "Apache-2.0", "1.3", "GB", "2.5", "GB", "0.6", "GB", "0.3", "GB", "39.0/33.2", "RAM", "(float32)"
+    ]  # fmt: skip
+    assert rows["llada-8b"].split()[-3:] == ["49.4/41.0", "RAM", "(int4)"]  # ML-GSAI/LLaDA EVAL.md; 16 GB, int4 in 8
     assert rows["llada2-mini"].split()[-2:] == ["-/-", "no"]  # its 86.6 was in no authors' text
     assert rows["stable-diffcoder-8b"].split()[3:5] == ["8.25B", "16.5"]
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
-    assert rows["dream-coder-7b"].split()[-2:] == ["82.9/79.6", "no"]  # 15 GB of weights in 8 GB
+    # 15 GB of weights in bfloat16, 7.6 in int8: in 8 GB only in int4 (4.8 GB)
+    assert rows["dream-coder-7b"].split()[-3:] == ["82.9/79.6", "RAM", "(int4)"]
     assert result.stderr == "dcode: this machine: 8.0 GB of RAM, no GPU\n"
 
 
@@ -58,16 +62,19 @@ def test_available_json_and_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert report["machine"] == {"ram_gb": 16.0, "gpu_gb": 24.0}
     fits = {row["name"]: row["fits"] for row in report["models"]}
     assert fits["a2d-coder-0.5b"] == fits["dream-coder-7b"] == "GPU (bfloat16)"
-    assert fits["llada2-mini"] == "no"  # 32 GB of bfloat16 weights: neither 24 GB nor 16 GB
+    assert fits["llada2-mini"] == "GPU (int8)"  # 32 GB in bfloat16, 16 GB in int8: on the 24 GB GPU in int8
     coder = next(row for row in report["models"] if row["name"] == "a2d-coder-0.5b")
-    assert coder["memory_gb"] == {"bfloat16": 1.26, "float32": 2.52} and coder["loads"] is True
     assert coder["id"] == CODER and coder["scored_with"].startswith("greedy, one token per pass")
+    assert (
+        coder["memory_gb"] == {"bfloat16": 1.26, "float32": 2.52, "int8": 0.63, "int4": 0.35} and coder["loads"] is True
+    )
 
 
 @pytest.mark.parametrize(
     ("ram", "gpu", "want"),
-    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.5, None, "no"), (None, None, "?"),
-     (1.0, 2.0, "GPU (bfloat16)"), (None, 1.0, "no")],
+    [(8.0, None, "RAM (float32)"), (2.0, None, "RAM (bfloat16)"), (1.0, None, "RAM (int8)"),
+     (0.5, None, "RAM (int4)"), (0.4, None, "no"), (None, None, "?"), (1.0, 2.0, "GPU (bfloat16)"),
+     (None, 1.0, "GPU (int8)"), (None, 0.3, "no")],
 )  # fmt: skip
 def test_fits_leaves_headroom(ram: float | None, gpu: float | None, want: str) -> None:
     assert catalogue.fits(catalogue.BY_NAME["a2d-coder-0.5b"], ram, gpu) == want  # 1.26 GB in bfloat16

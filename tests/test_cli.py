@@ -36,6 +36,7 @@ KEYS = {
     "code",
     "model",
     "dtype",
+    "quantize",
     "language",
     "path",
     "tokens",

@@ -127,6 +127,9 @@ def test_gpu_check_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     log = (out / "gpu_check.log").read_text()
     assert log == done.stdout and "nvidia-smi" in log
     assert all(f"{family}: ok in" in log for family in (*BENCHED, "forward"))
+    quantized = [f"{f} --quantize {k}: ok in" for f in ("qwen2", "sdar") if f in BENCHED for k in ("int8", "int4")]
+    assert quantized and all(line in log for line in quantized)  # step 3b: the same checkpoint quantised
+    assert "| qwen2-int4 | threshold-0.9 | on |" in summary
 
 
 def test_a_failing_family_does_not_stop_the_others_and_a_timeout_is_retried(tmp_path: Path) -> None:

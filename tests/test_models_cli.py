@@ -152,7 +152,10 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
     result = run(build_app(), ["models", "--verbose"])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1].startswith("dcode-tiny") and lines[9].startswith("JetLM/SDAR-4B-Chat")
+    assert lines[1].startswith("dcode-tiny") and lines[10].startswith("JetLM/SDAR-4B-Chat")
+    # the weights' size per --quantize (the SDAR release here has no weight files)
+    loaded = [line for line in lines if line.startswith("  weights loaded, per --quantize: none ")]
+    assert [lines.index(line) for line in loaded] == [9] and all(", int8 " in s and ", int4 " in s for s in loaded)
     runs_in = f"  runs in: {cpu_dtype()} on this CPU, bfloat16 on CUDA (--dtype auto)"
     assert lines[2:6] == [
         "  end of answer: <|eos|> (1)",
@@ -165,7 +168,7 @@ def test_models_verbose_states_what_dcode_believes(hub, tmp_path):
         "  --effort medium: verify, 15 drafts, draft_floor=0.3, entropy_bound=0.6, threshold=0.7",
         "  --effort high: verify, 15 drafts, draft_floor=0.3, entropy_bound=0.6, threshold=0.7",
     ]
-    assert lines[10:17] == [
+    assert lines[11:18] == [
         "  end of answer: <|endoftext|> (151643), <|im_end|> (151645)",
         "  pad: <|endoftext|> (151643)   mask: <|MASK|> (151669)",
         "  logits shifted: no   block: 4   max length: 32768",

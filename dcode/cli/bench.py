@@ -175,7 +175,7 @@ def measured(run: Resolved[Speed] | Resolved[Quality], measure: Callable[..., di
     local, quiet = run.fills, run.view.quiet
     assert isinstance(local, Local)  # bench has no --endpoint
     with guarded():
-        denoiser = load_model(local.model, local.device, local.dtype)
+        denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
         chosen = pick_settings(settings(denoiser.facts.block, denoiser.facts.defaults), run.own.setting_names)
         with progress_bar(quiet) as bar:
             result = measure(denoiser, chosen, bar)

@@ -63,6 +63,7 @@ def remember_result(
     dtype: str | None = None,
     endpoint: str | None = None,
     settings: Mapping[str, object] | None = None,
+    quantize: str = "none",
 ) -> int | None:
     """Record a `new`, `edit` or `repair` result (dcode.events' Finished, Edited or Repaired, or an
     endpoint's record with the same `code` and `metadata()`): its code, counters and, for an edit,
@@ -79,7 +80,7 @@ def remember_result(
         command,
         prompt=prompt,
         model=model, dtype=dtype, device=device, endpoint=endpoint,
-        settings=dict(settings or {}),
+        settings=dict(settings or {}) | ({"quantize": quantize} if quantize != "none" else {}),  # what ran
         files=(Touched(str(path), regions),) if path is not None else (),
         answer=result.code,
         tokens=meta.get("tokens", meta.get("tokens_regenerated")),

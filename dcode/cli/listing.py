@@ -77,7 +77,20 @@ def beliefs(name: str, path: Path) -> dict[str, object]:
         "vocab_size": facts.vocab_size,
         "cpu_dtype": cpu_dtype(),  # what --dtype auto runs it in on this machine's CPU (bfloat16 on CUDA)
         "efforts": {level: dict(facts.decoding(level)) for level in EFFORTS},  # what --effort runs
+        "loaded_bytes": loaded_bytes(path, cpu_dtype()),  # per --quantize: the loader's own arithmetic
     }
+
+
+def loaded_bytes(path: Path, dtype: str) -> dict[str, int]:
+    """The memory the weights take once loaded in `dtype`, per --quantize (none, int8, int4), from
+    the safetensors headers with the rule the loaders quantise by (dcode.models.quantize)."""
+    from dcode.models import ModelError, checkpoint, quantize
+
+    try:
+        tensors = checkpoint.read_headers(path)
+    except ModelError:
+        return {}
+    return {kind: quantize.weight_bytes(tensors, dtype, kind) for kind in ("none", *quantize.QUANTIZED)}
 
 
 def belief_lines(facts: dict[str, object]) -> list[str]:
@@ -102,7 +115,16 @@ def belief_lines(facts: dict[str, object]) -> list[str]:
         f"  logits shifted: {'yes' if facts['shifted'] else 'no'}   block: {block}   max length: {facts['max_length']}",
         f"  runs in: {facts['cpu_dtype']} on this CPU, bfloat16 on CUDA (--dtype auto)",
         *(f"  --effort {level}: {described(settings)}" for level, settings in efforts.items()),
+        *quantized_line(facts.get("loaded_bytes")),
     ]
+
+
+def quantized_line(loaded: object) -> list[str]:
+    """The line saying what the weights take per --quantize; none without weights."""
+    if not isinstance(loaded, dict) or not loaded:
+        return []
+    sizes = ", ".join(f"{kind} {human_bytes(size)}" for kind, size in loaded.items())
+    return [f"  weights loaded, per --quantize: {sizes}"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +187,20 @@ def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
         return f"{value:.1f}" if isinstance(value, float) else "-"
 
     table: list[tuple[str, ...]] = [
-        ("NAME", "ID", "FAMILY", "PARAMS", "DOWNLOAD", "LICENCE", "BF16", "FP32", "HUMANEVAL/MBPP", "FITS")
+        (
+            "NAME",
+            "ID",
+            "FAMILY",
+            "PARAMS",
+            "DOWNLOAD",
+            "LICENCE",
+            "BF16",
+            "FP32",
+            "INT8",
+            "INT4",
+            "HUMANEVAL/MBPP",
+            "FITS",
+        )
     ]
     for r in rows:
         memory = r["memory_gb"]
@@ -173,7 +208,7 @@ def available_table(rows: list[dict[str, object]]) -> list[tuple[str, ...]]:
         family = str(r["family"]) if r["loads"] else "not yet"
         cells = (str(r["name"]), str(r["id"]), family, f"{r['parameters_b']}B", f"{r['download_gb']} GB")
         table.append(
-            (*cells, str(r["licence"]), f"{memory['bfloat16']:.1f} GB", f"{memory['float32']:.1f} GB")
+            (*cells, str(r["licence"]), *(f"{memory[form]:.1f} GB" for form in ("bfloat16", "float32", "int8", "int4")))
             + (f"{score(r['humaneval'])}/{score(r['mbpp'])}", str(r["fits"]))
         )
     return table
@@ -271,4 +306,8 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
             f"dcode: {model_id}: {info.family}, {human_count(info.parameters)} parameters, "
             f"{info.dtype}, {human_bytes(info.size_bytes)}",
             err=True,
+        )
+        loaded = loaded_bytes(folder, "bfloat16")  # what it takes loaded, per --quantize
+        typer.echo(
+            f"dcode: loaded in bfloat16: {', '.join(f'{k} {human_bytes(v)}' for k, v in loaded.items())}", err=True
         )

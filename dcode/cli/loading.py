@@ -33,12 +33,12 @@ def pick_device(name: str, dtype: str = "auto") -> tuple[object, object]:
     return torch.device(name), getattr(torch, chosen)
 
 
-def load_model(spec: str | None, device: str, dtype: str = "auto") -> Denoiser:
+def load_model(spec: str | None, device: str, dtype: str = "auto", quantize: str = "auto") -> Denoiser:
     from dcode.models import ModelError, load
 
     where, chosen = pick_device(device, dtype)
     try:
-        return load(spec, where, chosen)  # type: ignore[arg-type]
+        return load(spec, where, chosen, quantize=quantize)  # type: ignore[arg-type]
     except ModelError as error:
         fail(str(error), USAGE)
     except OSError as error:

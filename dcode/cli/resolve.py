@@ -48,6 +48,7 @@ class Local:
     sampler: SamplerConfig
     explicit: frozenset[str]  # SamplerConfig fields the user set: the family's defaults fill the others
     effort: str | None = None  # --effort: which of the family's decodings fills them (None: medium)
+    quantize: str = "auto"  # auto, none, int8, int4 (dcode.models.quantize)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,9 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
         problem = out_of_bounds(option, values.get(option.name))
         if problem:
             raise OptionError(f"{flags[option.name]} must be {problem}")
+        if option.choices and option.name in values and values[option.name] not in option.choices:
+            given_value = values[option.name]
+            raise OptionError(f"unknown {flags[option.name]} {given_value!r} (choose from {', '.join(option.choices)})")
 
     def value(name: str, default: Any = None) -> Any:
         return values.get(name, table[name].default if name in table else default)
@@ -150,7 +154,8 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
     if effort is not None and effort not in EFFORTS:
         raise OptionError(f"{flags['effort']} must be one of {', '.join(EFFORTS)}, not {effort!r}")
     fills: Local | Remote = Local(
-        value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit, effort
+        value("model"), value("device", "auto"), value("dtype", "auto"), config, explicit, effort,
+        value("quantize", "auto"),
     )  # fmt: skip
     if value("endpoint"):
         standard = {o.field or o.name: getattr(config, o.field or o.name) for o in SAMPLER if o.name in STANDARD}

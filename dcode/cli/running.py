@@ -87,7 +87,7 @@ def model_filler(local: Local) -> Filler:
     """The local model the options name, with its family's defaults under the user's settings."""
     from dcode.localfill import LocalFiller
 
-    denoiser = load_model(local.model, local.device, local.dtype)
+    denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
     return LocalFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit, local.effort))
 
 

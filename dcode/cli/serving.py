@@ -99,7 +99,7 @@ def serve(run: Resolved[Serving]) -> None:
         from dcode.serve.server import descriptor_room, serve
     except ImportError as error:
         fail(f"dcode serve needs fastapi and uvicorn ({error.name} is missing)", USAGE)
-    denoiser = load_model(local.model, local.device, local.dtype)
+    denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
     config = with_family_defaults(local.sampler, denoiser, local.explicit, local.effort)
     # a request's reasoning_effort: the family's decoding at that level under the options the server was given
     efforts = {e: with_family_defaults(local.sampler, denoiser, local.explicit, e) for e in EFFORTS}

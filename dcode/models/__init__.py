@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dcode.models import catalogue, checkpoint
+from dcode.models import quantize as quantizing
 from dcode.models.base import Denoiser, ModelError, ModelFacts
 from dcode.models.families import FAMILIES
 from dcode.models.plain_tokenizer import TokenTable, require_tokenizer
@@ -137,8 +138,10 @@ def load(
     dtype: torch.dtype | str | None = None,
     *,
     cache_dir: Path | str | None = None,
+    quantize: str = "none",
 ) -> Denoiser:
     """Load the model named by `spec` onto `device` (default CPU) in `dtype` (default float32).
+    `quantize`: a kind of dcode.models.quantize.KINDS; each linear layer is quantised as it is read.
 
     `spec`: None / 'dcode-tiny', a checkpoint folder, or a Hugging Face id in the local cache.
     `dtype`: a torch dtype, or a name of dcode.dtypes.DTYPES ("auto": dcode.dtypes.resolve_dtype
@@ -147,6 +150,7 @@ def load(
     """
     import torch
 
+    quantizing.quiet()  # before transformers imports torchao, whatever `quantize` says
     where = device or torch.device("cpu")
     if isinstance(dtype, str):
         from dcode.dtypes import cpu_flags, resolve_dtype
@@ -157,7 +161,8 @@ def load(
     config = checkpoint.read_config(folder)
     family = require_family(config, folder)
     chosen = dtype if isinstance(dtype, torch.dtype) else torch.float32
-    return FAMILIES[family].load(folder, where, chosen, name, config)
+    with quantizing.loading(quantize):  # the family's loader reads it (native.load_checked, decoder.load_weights)
+        return FAMILIES[family].load(folder, where, chosen, name, config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 
+from dcode.models import quantize
 from dcode.models.families import CATALOGUE, FAMILIES
 from dcode.models.family import BYTES, Entry
 
@@ -111,17 +112,30 @@ def gpu_gb() -> float | None:
         return None
 
 
+# The forms a model loads in, as `dcode models available` names them: a dtype, or a --quantize kind.
+FORMS = ("float32", "bfloat16", *quantize.QUANTIZED)
+
+
+def memory_gb(entry: Entry, form: str) -> float:
+    """The weights' size loaded in `form` (a dtype or int8 / int4), GB, by the bytes per weight the
+    loader's quantisation takes (dcode.models.quantize). Example: 0.49B parameters in int8 -> 0.49."""
+    dtype, kind = (form, "none") if form in BYTES else ("bfloat16", form)
+    return entry.parameters * quantize.bytes_per_parameter(dtype, kind)
+
+
 def fits(entry: Entry, ram: float | None, gpu: float | None) -> str:
-    """Where the weights fit with headroom: 'GPU (bfloat16)', 'RAM (float32)', 'RAM (bfloat16)' or
-    'no', best first; '?' when neither memory is known.
-    Example: fits(BY_NAME["a2d-coder-0.5b"], 8.0, None) -> 'RAM (float32)'."""
-    if gpu is not None and entry.memory_gb("bfloat16") * HEADROOM <= gpu:
-        return "GPU (bfloat16)"
+    """Where the weights fit with headroom, best first: on the GPU in bfloat16, int8 or int4, else in
+    RAM in float32, bfloat16, int8 or int4 ('GPU (int4)', 'RAM (bfloat16)'); 'no'; '?' when neither
+    memory is known. Example: fits(BY_NAME["a2d-coder-0.5b"], 8.0, None) -> 'RAM (float32)'."""
+    if gpu is not None:
+        for form in FORMS[1:]:
+            if memory_gb(entry, form) * HEADROOM <= gpu:
+                return f"GPU ({form})"
     if ram is None:
         return "?" if gpu is None else "no"
-    for dtype in ("float32", "bfloat16"):
-        if entry.memory_gb(dtype) * HEADROOM <= ram:
-            return f"RAM ({dtype})"
+    for form in FORMS:
+        if memory_gb(entry, form) * HEADROOM <= ram:
+            return f"RAM ({form})"
     return "no"
 
 
@@ -136,7 +150,7 @@ def rows(ram: float | None, gpu: float | None) -> list[dict[str, object]]:
             "parameters_b": e.parameters,
             "download_gb": e.download_gb,
             "licence": e.licence,
-            "memory_gb": {dtype: round(e.memory_gb(dtype), 2) for dtype in BYTES},
+            "memory_gb": {form: round(memory_gb(e, form), 2) for form in FORMS},
             "humaneval": e.humaneval,
             "mbpp": e.mbpp,
             "fits": fits(e, ram, gpu),

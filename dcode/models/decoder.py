@@ -211,8 +211,14 @@ def load_weights(
     own modeling code never reads): each would otherwise give a silently wrong model. Its
     message names the weight as the user's files do (original_name: renamed -> as in the files).
     """
+    from dcode.models import quantize
+
     named = original_name or (lambda key: key)
     quiet_transformers()
+    kind = quantize.current()  # --quantize: transformers quantises each linear layer as its weight is read
+    extra = {}
+    if kind != "none":
+        extra["quantization_config"] = quantize.transformers_config(kind, device, read_headers(folder), key_mapping)
     try:
         loaded: Any = model_class.from_pretrained(
             str(folder),
@@ -226,10 +232,14 @@ def load_weights(
             ignore_mismatched_sizes=True,  # reported below as one line instead of a table
             output_loading_info=True,
             generation_config=generation_config or GenerationConfig(),
+            device_map=str(device) if extra else None,  # quantised straight onto the device
+            **extra,
         )
         model, info = loaded
     except OSError as error:  # safetensors or transformers failing on a file past the header check
         raise ModelError(f"{folder}: cannot load weights: {one_line(error)}") from None
+    except RuntimeError as error:  # a layer torchao cannot quantise (transformers' conversion report)
+        raise ModelError(f"{folder}: cannot quantise to {kind}: {one_line(error)[:200]}") from None
     problems = [
         *(f"missing {named(k)}" for k in sorted(info["missing_keys"])),
         *(
@@ -239,6 +249,7 @@ def load_weights(
         *(f"unused {named(k)}" for k in sorted(info["unexpected_keys"]) if not unread(k)),
     ]
     refuse_misfit(folder, problems)
+    quantize.mark(model, kind)
     return model.to(device).eval()
 
 

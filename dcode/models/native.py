@@ -23,11 +23,10 @@ from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from dcode.models.base import ModelError, ModelFacts
-from dcode.models.checkpoint import refuse_misfit, weight_files
+from dcode.models.checkpoint import read_headers, refuse_misfit
 from dcode.models.native_batch import keep_new, packed_masks, padded_past, rows_mask
 
 # Buffers some checkpoints carry that are recomputed here; their presence is harmless.
@@ -315,12 +314,9 @@ def load_checked(
 
     tied: the input embedding that `model.lm_head` shares (a head saved anyway is left unread), or None.
     """
-    weights: dict[str, torch.Tensor] = {}
-    try:
-        for path in weight_files(folder):
-            weights.update(load_file(str(path), device=str(device)))
-    except (OSError, ValueError) as error:
-        raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+    from dcode.models import quantize
+
+    weights = {k: torch.Size(t.shape) for k, t in read_headers(folder).items()}  # shapes alone, no data yet
     expected = dict(model.state_dict())
     if tied is not None:
         expected.pop("lm_head.weight")
@@ -328,16 +324,19 @@ def load_checked(
     problems = [
         *(f"missing {k}" for k in sorted(expected.keys() - weights.keys())),
         *(
-            f"{k} has shape {tuple(weights[k].shape)}, the config needs {tuple(v.shape)}"
+            f"{k} has shape {tuple(weights[k])}, the config needs {tuple(v.shape)}"
             for k, v in sorted(expected.items())
-            if k in weights and weights[k].shape != v.shape
+            if k in weights and weights[k] != v.shape
         ),
         *(f"unused {k}" for k in sorted(weights.keys() - expected.keys()) if not k.endswith(ignored)),
     ]
     refuse_misfit(folder, problems)
-    model.load_state_dict({k: weights[k].to(dtype) for k in expected}, strict=False, assign=True)
-    if tied is not None:
-        model.get_submodule("lm_head").weight = tied.weight
+    tied_name = next(name for name, module in model.named_modules() if module is tied) if tied is not None else None
+    # one weight at a time, each linear layer quantised as it arrives (--quantize; none: cast alone)
+    quantize.stream_weights(model, folder, set(expected), device, dtype, quantize.current())
+    if tied_name is not None:
+        quantize.tie_head(model, tied_name)
+    quantize.mark(model, quantize.current())
     return model.to(device).eval()
 
 
