@@ -218,7 +218,8 @@ def load_weights(
     kind = quantize.current()  # --quantize: transformers quantises each linear layer as its weight is read
     extra = {}
     if kind != "none":
-        extra["quantization_config"] = quantize.transformers_config(kind, device, read_headers(folder), key_mapping)
+        tied = bool(getattr(config, "tie_word_embeddings", False))
+        extra["quantization_config"] = torchao_config(kind, device, read_headers(folder), key_mapping, tied)
     try:
         loaded: Any = model_class.from_pretrained(
             str(folder),
@@ -360,3 +361,32 @@ def build(
     facts = FAMILIES[family].state(folder, config, tokenizer, name)
     model = load_weights(model_class, folder, model_config, device, dtype, key_mapping, original_name=original_name)
     return DecoderDenoiser(model, tokenizer, facts)
+
+
+def torchao_config(
+    kind: str,
+    device: torch.device,
+    tensors: Mapping[str, Any],
+    key_mapping: Mapping[str, str] | None,
+    tied: bool = False,
+) -> Any:
+    """transformers' TorchAoConfig for `kind`: each linear layer whose weight `quantized` takes
+    (checkpoint names, renamed by `key_mapping`) quantised as its weight is read, the output head
+    too (transformers would keep it otherwise) unless it is tied to the embedding: it is the
+    embedding's own tensor then, and a release that stores it a second time (Tiny-A2D) has it
+    compared with the embedding on tying, which a quantised tensor cannot do."""
+    import re
+
+    from transformers import TorchAoConfig
+
+    from dcode.models import quantize
+
+    kept = []
+    for name, tensor in tensors.items():
+        if len(tensor.shape) == 2 and name.endswith(".weight") and not quantize.quantized(name, tensor.shape):
+            for pattern, replacement in (key_mapping or {}).items():
+                name = re.sub(pattern, replacement, name)
+            kept.append(name.removesuffix(".weight"))
+    if tied:
+        kept.append("lm_head")
+    return TorchAoConfig(quantize.torchao_config(quantize.chosen(kind), device), modules_to_not_convert=kept)

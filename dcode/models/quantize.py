@@ -5,7 +5,7 @@ memory (torch-free: `dcode models available` / `pull` and the loaders share `qua
 `WEIGHT_BYTES`), torchao's configuration per kind and device, refusing a device or a build without
 the kernel (one line), the kind the loaders read while one load runs (`loading`), and reading a
 checkpoint one weight at a time so that each linear layer is quantised as its weight arrives
-(`stream_weights`: dcode's own torch models; transformers' classes get `transformers_config`, with
+(`stream_weights`: dcode's own torch models; transformers' classes get decoder.torchao_config, with
 which transformers does the same per weight). Peak memory is then about the quantised model plus
 one layer in the load dtype, never the whole model in it.
 
@@ -143,25 +143,6 @@ def quiet() -> None:
     (decoder.quiet_transformers calls this), whatever --quantize says."""
     logging.getLogger("torchao").setLevel(logging.ERROR)
     logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
-
-
-def transformers_config(
-    kind: Kind, device: torch.device, tensors: Mapping[str, Tensor], key_mapping: Mapping[str, str] | None
-) -> Any:
-    """transformers' TorchAoConfig for `kind`: each linear layer whose weight `quantized` takes
-    (checkpoint names, renamed by `key_mapping`) quantised as its weight is read, the output head
-    too (transformers would keep it otherwise)."""
-    import re
-
-    from transformers import TorchAoConfig
-
-    kept = []
-    for name, tensor in tensors.items():
-        if len(tensor.shape) == 2 and name.endswith(".weight") and not quantized(name, tensor.shape):
-            for pattern, replacement in (key_mapping or {}).items():
-                name = re.sub(pattern, replacement, name)
-            kept.append(name.removesuffix(".weight"))
-    return TorchAoConfig(torchao_config(kind, device), modules_to_not_convert=kept)
 
 
 def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
