@@ -216,7 +216,7 @@ class BatchingDenoiser:
         workers keep in step. (A round of both kinds runs two half-size forwards, and the workers
         it splits stay split: 6 workers, one a call behind, ran every round as 5 of one kind and 1
         of the other.) A worker makes a few head calls a pass (its rows' first reads, then its drafts,
-        sampler.DRAFT_CHUNK at a time, up to the floor), so forward calls wait as many rounds."""
+        passes.DRAFT_CHUNK at a time, up to the floor), so forward calls wait as many rounds."""
         with self._lock:
             while True:
                 if call not in self._pending:
