@@ -208,7 +208,8 @@ def test_the_walker_sees_the_package() -> None:
         ("dcode.fixes", {"dcode.syntax", "dcode.linediff", "dcode.spans"}),
         ("dcode.rules", set()),
         ("dcode.events", {"dcode.syntax"}),  # Issue, for type checking only
-        ("dcode.options", {"dcode.config"}),
+        ("dcode.option", {"dcode.config"}),
+        ("dcode.options", {"dcode.config", "dcode.option"}),
         ("dcode.forward", {"dcode.config", "dcode.models.base"}),
         ("dcode.passes", {"dcode.config", "dcode.forward", "dcode.models.base", "dcode.rules"}),
         (
@@ -395,7 +396,7 @@ def test_only_the_cli_reads_argv_or_the_environment(module: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Size: a function a reader can hold in their head
 
-LONGEST_FUNCTION = 80  # lines, from `def` to the last line of its body
+LONGEST_FUNCTION = 60  # lines, from `def` to the last line of its body
 
 
 def long_functions(source: str, module: str, limit: int = LONGEST_FUNCTION) -> dict[str, int]:
@@ -415,8 +416,18 @@ def test_the_length_scan_counts_lines() -> None:
     assert long_functions(f"def f():\n{body}", "m", limit=4) == {}
 
 
-def test_no_function_in_the_package_is_over_eighty_lines() -> None:
+def test_no_function_in_the_package_is_over_sixty_lines() -> None:
     found: dict[str, int] = {}
     for module, path in MODULES.items():
         found |= long_functions(path.read_text(encoding="utf-8"), module)
+    assert found == {}
+
+
+LONGEST_MODULE = 500  # lines: a module a reader holds in their head (the house style aims under ~400)
+
+
+def test_no_module_in_the_package_is_over_five_hundred_lines() -> None:
+    found = {
+        m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > LONGEST_MODULE
+    }
     assert found == {}

@@ -36,6 +36,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,11 +322,7 @@ def run_speed(
             return autoregressive_run(model, twin, row, n, first_block, repeat)
         return diffusion_run(model, row, n, configs[name], name, repeat)
 
-    task = progress.add_task("speed", total=len(names) * (1 + repeats * len(rows))) if progress else None
-
-    def advance(what: str) -> None:
-        if progress is not None and task is not None:
-            progress.update(task, advance=1, description=f"speed: {what}")
+    advance = ticker(progress, len(names) * (1 + repeats * len(rows)))
 
     # 1) warm-up: one short untimed run per setting
     for name in names:
@@ -359,6 +356,17 @@ def run_speed(
         "settings": table,
         "runs": [asdict(r) for r in runs],
     }
+
+
+def ticker(progress: Progress | None, total: int) -> Callable[[str], None]:
+    """One step of the speed task on the progress bar, named; nothing without a bar."""
+    task = progress.add_task("speed", total=total) if progress is not None else None
+
+    def advance(what: str) -> None:
+        if progress is not None and task is not None:
+            progress.update(task, advance=1, description=f"speed: {what}")
+
+    return advance
 
 
 def speed_table(

@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -298,6 +298,11 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
         raise typer.Exit(INTERRUPTED) from None
 
     # 3) report: the folder on stdout, a summary on stderr
+    pulled(model_id, folder, info, quiet)
+
+
+def pulled(model_id: str, folder: Path, info: Any, quiet: bool) -> None:
+    """A finished pull: its folder on stdout; what it is and what it takes loaded on stderr."""
     if not info.complete:
         fail(f"{model_id}: the download is incomplete ({folder}); run `dcode models pull {model_id}` again", RUNTIME)
     typer.echo(str(folder))

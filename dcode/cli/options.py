@@ -26,7 +26,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from dcode.cli.resolve import resolve
-from dcode.options import Option
+from dcode.option import Option
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -24,7 +24,8 @@ from typing import Any, Generic, TypeVar
 import typer
 
 from dcode.config import EFFORTS, SamplerConfig
-from dcode.options import SAMPLER, STANDARD, Option, fields_set_by, sampler_settings
+from dcode.option import Option
+from dcode.options import SAMPLER, STANDARD, fields_set_by, sampler_settings
 
 T = TypeVar("T", covariant=True)  # a Resolved[Selection] is a Resolved[object]
 

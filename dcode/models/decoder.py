@@ -201,25 +201,19 @@ def load_weights(
 ) -> PreTrainedModel:
     """The checkpoint's safetensors (one file or shards) in `model_class`, built from `config`.
     Call checkpoint.read_headers(folder) first: it turns bad files into one-line errors.
-
     generation_config: handed to transformers instead of generation_config.json (dcode samples
-    itself); a plain GenerationConfig unless the class insists on its own subclass.
-
-    key_mapping: regex -> replacement on checkpoint names (transformers' own renaming). A weight
-    the model needs but the files lack, a shape that does not fit, or a checkpoint weight that
-    maps onto nothing is a ModelError (except a target named "unread.*": a weight the family's
-    own modeling code never reads): each would otherwise give a silently wrong model. Its
-    message names the weight as the user's files do (original_name: renamed -> as in the files).
-    """
+    itself); a plain GenerationConfig unless the class insists on its own subclass. key_mapping:
+    regex -> replacement on checkpoint names (transformers' own renaming). A weight the model needs
+    but the files lack, a shape that does not fit, or a checkpoint weight that maps onto nothing is
+    a ModelError (except a target named "unread.*": a weight the family's own modeling code never
+    reads): each would otherwise give a silently wrong model. Its message names the weight as the
+    user's files do (original_name: renamed -> as in the files)."""
     from dcode.models import quantize
 
     named = original_name or (lambda key: key)
     quiet_transformers()
     kind = quantize.current()  # --quantize: transformers quantises each linear layer as its weight is read
-    extra = {}
-    if kind != "none":
-        tied = bool(getattr(config, "tie_word_embeddings", False))
-        extra["quantization_config"] = torchao_config(kind, device, read_headers(folder), key_mapping, tied)
+    extra = quantized_loading(kind, folder, config, device, key_mapping)
     try:
         loaded: Any = model_class.from_pretrained(
             str(folder),
@@ -361,6 +355,16 @@ def build(
     facts = FAMILIES[family].state(folder, config, tokenizer, name)
     model = load_weights(model_class, folder, model_config, device, dtype, key_mapping, original_name=original_name)
     return DecoderDenoiser(model, tokenizer, facts)
+
+
+def quantized_loading(
+    kind: str, folder: Path, config: PretrainedConfig, device: torch.device, key_mapping: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """from_pretrained's extra arguments for --quantize `kind` (none: no extra)."""
+    if kind == "none":
+        return {}
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return {"quantization_config": torchao_config(kind, device, read_headers(folder), key_mapping, tied)}
 
 
 def torchao_config(

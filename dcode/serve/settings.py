@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dcode.config import SamplerConfig, merge_family_defaults
-from dcode.options import SAMPLER, Option, fields_set_by, sampler_settings
+from dcode.option import Option
+from dcode.options import SAMPLER, fields_set_by, sampler_settings
 
 # A request names a sampler option as the command line does (`strategy`, `order`, `top_p`) or by
 # the SamplerConfig field it sets (`rule`, `ordering`): dcode's client sends the field names.
