@@ -118,6 +118,21 @@ app: typer.Typer = typer.Typer(
 )
 
 
+def command_group(
+    name: str, help: str, *, no_args_is_help: bool = False, invoke_without_command: bool = False
+) -> typer.Typer:
+    """A group of subcommands under `dcode NAME` (bench, log, models), with the app's plain errors."""
+    group = typer.Typer(
+        help=help,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        no_args_is_help=no_args_is_help,
+        invoke_without_command=invoke_without_command,
+    )
+    app.add_typer(group, name=name)
+    return group
+
+
 def installed_version() -> str:
     from importlib.metadata import version as installed
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from dcode.cli.app import RUNTIME, USAGE, app, fail, interrupted
+from dcode.cli.app import RUNTIME, USAGE, command_group, fail, interrupted
 from dcode.cli.loading import load_model
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Local, Resolved
@@ -29,13 +29,9 @@ if TYPE_CHECKING:
 R = TypeVar("R")
 
 
-bench_app = typer.Typer(
-    help="Measure speed and quality against the baselines users would pick.",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
+bench_app = command_group(
+    "bench", "Measure speed and quality against the baselines users would pick.", no_args_is_help=True
 )
-app.add_typer(bench_app, name="bench")
 
 
 @dataclass(frozen=True)

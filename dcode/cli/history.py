@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dcode.cli.app import RUNTIME, USAGE, app, fail
+from dcode.cli.app import RUNTIME, USAGE, command_group, fail
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Resolved
 from dcode.options import JSON, LOG_LIST
@@ -91,13 +91,12 @@ def remember_result(
     return remember(entry, log)
 
 
-log_app = typer.Typer(
-    help="The history of what dcode wrote: the latest records, one answer, or where it is kept.",
+log_app = command_group(
+    "log",
+    "The history of what dcode wrote: the latest records, one answer, or where it is kept.",
     invoke_without_command=True,
     no_args_is_help=False,
-    rich_markup_mode=None,
 )
-app.add_typer(log_app, name="log")
 
 
 def _read(work: Callable[[], object]) -> object:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, app, fail
+from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, command_group, fail
 from dcode.cli.options import with_options
 from dcode.cli.resolve import Resolved
 from dcode.config import EFFORTS, described
@@ -39,12 +39,7 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-models_app = typer.Typer(
-    help="List the models dcode can run, or download one.",
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(models_app, name="models")
+models_app = command_group("models", "List the models dcode can run, or download one.")
 
 
 def beliefs(name: str, path: Path) -> dict[str, object]:
