@@ -16,8 +16,13 @@ ML-GSAI/LLaDA at b7e6c35 (its latest stored commit): EVAL.md's LLaDA-8B-Instruct
 pure diffusion sampling, steps = gen_length), MIT; README.md (2026.06.24): iLLaDA-8B-Base and
 -Instruct "can directly reuse the existing LLaDA inference code" by "setting mask_id=5", Apache 2.0,
 iLLaDA's evaluation code not released yet. iLLaDA-8B-Instruct's own config.json and tokenizer
-files were not read here: dcode reads it as a LLaDA checkpoint whose mask is config.json's
-mask_token_id, else the tokenizer's <|mdm_mask|>, else id 5 (FACTS.mask_id).
+files were not found in any stored copy (unverified): dcode reads it as a LLaDA checkpoint whose
+mask is config.json's mask_token_id, else the tokenizer's <|mdm_mask|>, else id 5 (FACTS.mask_id).
+Third-party notes on the release (not the authors' text; a GitHub project's log "CHECKED
+2026-10-02", Hub revision 5769f04) describe it otherwise: remote code ILLaDAForCausalLM with an
+o_proj (Llama names, not LLaDA's OLMo ones), 7.62B dense parameters, 8 key-value heads, a 155,136
+vocabulary, tied embeddings, mask <[MASK]> = 5 with no mask_token_id and no tokenizer mask, eos 2.
+If so, this family does not load the real release; that needs its config.json to settle.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ CATALOGUE = (
     Entry("llada-8b", "GSAI-ML/LLaDA-8B-Instruct", "llada", 8.0, 16.0, "MIT", 49.4, 41.0, "",
           "greedy, one token per pass, one block of 512 (HumanEval) / 256 (MBPP) (EVAL.md)"),
     # Scores: none published yet in the authors' text (the evaluation code is a TODO in the README).
-    # Size: LLaDA-8B's shape assumed (its config was not read here), hence "~".
+    # Size: LLaDA-8B's shape assumed (its config was not read; third-party notes say 7.62B), hence "~".
     Entry("illada-8b", "GSAI-ML/iLLaDA-8B-Instruct", "llada", 8.0, 16.0, "Apache-2.0", None, None,
           "LLaDA's code with mask id 5; ~size as LLaDA-8B"),
 )  # fmt: skip
