@@ -53,6 +53,7 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert rows["fast-dllm-v2-1.5b"].split()[3:5] == ["1.54B", "3.09"]
     assert rows["fast-dllm-v2-1.5b"].split()[-3] == "43.9/50.0"
     assert rows["sdar-1.7b-b16"].split()[1:4] == ["JetLM/SDAR-1.7B-Chat-b16", "sdar", "2.03B"]  # README 2025-09-09
+    assert rows["sdar-8b-b32"].split()[1:3] == ["JetLM/SDAR-8B-Chat-b32", "sdar"]
     assert rows["stable-diffcoder-8b"].split()[3:5] == ["8.25B", "16.5"]
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]

@@ -3,7 +3,8 @@
 A released SDAR checkpoint says model_type "sdar", architectures ["SDARForCausalLM"], and ships
 remote modeling code (JetAstra/SDAR, training/model/*): Qwen3 layers (q/k RMSNorm, no biases)
 under Qwen3's weight names, block-causal attention in blocks of `block_size` (4), the mask token
-`<|MASK|>` (151669; in config.json where a checkpoint names it, else the tokenizer's), end of answer from generation_config.json ([151645, 151643]).
+`<|MASK|>` (151669; in config.json where a checkpoint names it, else the tokenizer's), end of
+answer from generation_config.json ([151645, 151643]).
 Its generate.py samples each position from the logits at that same position: not shifted.
 Here the config is mapped onto Qwen3Config and the weights load into Qwen3ForCausalLM, run
 block-causal with an exact cache of finished blocks (decoder.DecoderDenoiser).
@@ -22,9 +23,11 @@ denoising_steps = 4"; the 1.7B's also in text in SDAR-4B-Chat's card before hugg
 cd91dd7 (61.59 / 61.09, HumanEval and Sanitized_MBPP 0-shot). The larger-block releases have none.
 Releases (the Hub's file listings): SDAR-1.7B-Chat and its -b8 (61c436a), -b16 (8ffce276),
 -b32 (2c83c05) and -b64 (e98192d), each one model.safetensors of 4.06 GB (2.03B parameters:
-Qwen3-1.7B with an untied head); SDAR-4B-Chat and -b64 (6d87c0c) 8.83 GB; SDAR-8B-Chat 16.4 GB; no
-other -bN release was found. SDAR-4B-Chat's config.json: SDARForCausalLM, tie_word_embeddings false,
-neither block_size nor mask_token_id (the mask is the tokenizer's <|MASK|>, as FACTS finds it).
+Qwen3-1.7B with an untied head); SDAR-4B-Chat and -b64 (6d87c0c) 8.83 GB; SDAR-8B-Chat 16.4 GB.
+JetLM/SDAR-8B-Chat-b32 is named by many public projects (lmdeploy and SGLang runs) though its Hub
+page is not stored; no other -bN release was found. SDAR-4B-Chat's config.json: SDARForCausalLM,
+tie_word_embeddings false, neither block_size nor mask_token_id (the mask is the tokenizer's
+<|MASK|>, as FACTS finds it).
 The 1.7B's own config.json (932 bytes, "Update config.json", where the 4B's and 8B's are 1.09 kB)
 was not found in any stored copy, so its keys are unverified here (the writer below is the 4B's
 format); an older snapshot that still says model_type "qwen3" is not recognized as SDAR. Its
@@ -76,6 +79,7 @@ CATALOGUE = (
     Entry("sdar-4b-b64", "JetLM/SDAR-4B-Chat-b64", "sdar", 4.41, 8.83, "Apache-2.0", None, None, "blocks of 64"),
     Entry("sdar-8b", "JetLM/SDAR-8B-Chat", "sdar", 8.19, 16.4, "Apache-2.0", 78.7, 72.0,
           "block diffusion, blocks of 4", SCORED),
+    Entry("sdar-8b-b32", "JetLM/SDAR-8B-Chat-b32", "sdar", 8.19, 16.4, "Apache-2.0", None, None, "blocks of 32"),
 )  # fmt: skip
 
 
