@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dcode.serve import wire
-from dcode.serve.engine import Engine, Overloaded
+from dcode.serve.engine import Engine, Overloaded, Runner
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.replies import Prepared
 from dcode.serve.wire import Kind
@@ -187,11 +187,14 @@ def create_app(
     async def fim(request: Request) -> Any:
         return await serve(request, "text")
 
+    from dcode.serve.mercury import add_routes  # Inception's /v1/apply and /v1/edit completions
+
+    add_routes(app, engine, preparers, api_key=api_key, max_body=max_body, body_timeout=body_timeout)
     return app
 
 
-async def run(request: Request, engine: Engine, prepared: Prepared) -> Any:
-    """Submit the prepared job and answer: one JSON object, or a stream of chunks."""
+async def run(request: Request, engine: Engine, prepared: Prepared, runner: Runner | None = None) -> Any:
+    """Submit the prepared job (run by its flow, or `runner`) and answer: one JSON object, or a stream of chunks."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -199,7 +202,7 @@ async def run(request: Request, engine: Engine, prepared: Prepared) -> Any:
         loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
     try:
-        cancel = engine.submit(prepared, emit)
+        cancel = engine.submit(prepared, emit, runner)
     except Overloaded:
         busy = BadRequest("the server is overloaded: every slot and queue place is taken", None, 503, "overloaded")
         busy.kind = "server_error"
