@@ -4,9 +4,9 @@ An update snippet is code in which marker lines such as `// ... existing code ..
 that stays as it is: the convention of the "apply" models (Inception's Mercury Edit at
 /v1/apply/completions, docs.inceptionlabs.ai; Morph's and Relace's fast apply). Owns: telling a
 marker line, splitting a snippet at them, and placing each part in the original by its first and
-last lines (whole lines, in file order, each after the one before). A part that cannot be placed
-makes the whole original the one region to rewrite, with the whole snippet. Pure text: no model,
-no tokenizer.
+last lines (whole lines, in file order, each after the one before). A part whose first line is
+not in the original makes the whole original the one region to rewrite, with the whole snippet.
+Pure text: no model, no tokenizer.
 """
 
 from __future__ import annotations
@@ -64,24 +64,30 @@ def parts(snippet: str) -> list[str]:
 
 
 def place(original: str, snippet: str) -> list[Placed]:
-    """Where each part of the snippet goes: the original's lines from the one equal to the part's
-    first line (indentation aside) to the next one equal to its last line, each region after the
-    one before. A part already in the original as it stands is left out (nothing to rewrite). When
-    a part cannot be placed, the whole original is the one region, with the whole snippet."""
+    """Where each part of the snippet goes. A part's first line is a line of the original (its
+    context line, as apply snippets are written; indentation aside), found after the region
+    before; the region runs to the original line equal to the part's last line found in it, and
+    one line further for each part line after that (a changed line stands where the old one did).
+    A part already in the original as it stands is left out (nothing to rewrite). When a part's
+    first line is nowhere to be found, the whole original is the one region, with the whole snippet.
+    Example: place("a\nb\nc\n", "a\nB") -> [Placed(0, 4, "a\nB\n")]."""
     lines = original.splitlines(keepends=True)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line.encode()))
     keys = [line.strip() for line in lines]
-    whole = [Placed(0, starts[-1], snippet)]
     placed, after = [], 0
     for part in parts(snippet):
-        own = part.splitlines()
-        first = _find(keys, own[0].strip(), after)
-        last = None if first is None else _find(keys, own[-1].strip(), first + (len(own) > 1))
-        if first is None or last is None:
-            return whole
-        after = last + 1
+        own = [line.strip() for line in part.splitlines()]
+        first = _find(keys, own[0], after)
+        if first is None:
+            return [Placed(0, starts[-1], snippet)]
+        last, tail = first, len(own) - 1
+        for k in range(len(own) - 1, 0, -1):  # the part's last line that is in the original after its first
+            if (found := _find(keys, own[k], first + 1)) is not None:
+                last, tail = found, len(own) - 1 - k
+                break
+        after = min(last + tail, len(lines) - 1) + 1
         if "".join(lines[first:after]).rstrip("\n") != part.rstrip("\n"):
             placed.append(Placed(starts[first], starts[after], part))
     return placed
