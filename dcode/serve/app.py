@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dcode.serve import wire
+from dcode.serve import mercury, wire
 from dcode.serve.engine import Engine, Overloaded, Runner
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.replies import Prepared
@@ -187,9 +187,12 @@ def create_app(
     async def fim(request: Request) -> Any:
         return await serve(request, "text")
 
-    from dcode.serve.mercury import add_routes  # Inception's /v1/apply and /v1/edit completions
+    async def accepted(request: Request) -> bytes:  # the key, the media type and the body's limits
+        check_key(request, api_key)
+        check_json(request)
+        return await read_body(request, max_body, body_timeout)
 
-    add_routes(app, engine, preparers, api_key=api_key, max_body=max_body, body_timeout=body_timeout)
+    mercury.add_routes(app, engine, preparers, accepted, run)  # Inception's /v1/apply and /v1/edit paths
     return app
 
 

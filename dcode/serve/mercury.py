@@ -30,7 +30,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from threading import Event as Flag
@@ -43,13 +43,14 @@ from dcode.events import Edited
 from dcode.filler import FillError
 from dcode.flows import InputError
 from dcode.serve import wire
-from dcode.serve.app import check_json, check_key, read_body, run
 from dcode.serve.batching import RequestCancelled
-from dcode.serve.engine import Emit, Engine
+from dcode.serve.engine import Emit, Engine, Runner
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.replies import Prepared
 
 Path = Literal["apply", "edit"]
+Accept = Callable[[Request], Awaitable[bytes]]  # a POST's checks, then its body
+Answer = Callable[[Request, Engine, Prepared, Runner], Awaitable[Any]]  # submit a job, answer it
 CURSOR = "<|cursor|>"
 WINDOW = 5  # lines after the cursor's that next edit rewrites when the request marks no region (Continue's)
 NEXT_EDIT = "Make the next edit the developer would make in {where}, at the cursor, continuing their recent edits."
@@ -260,7 +261,7 @@ def answer_text(plan: Plan, code: str, new_region: tuple[int, int]) -> str:
     return f"```\n{region}\n```"
 
 
-def runner(engine: Engine, plan: Plan) -> Callable[[Prepared, Emit, Flag], None]:
+def runner(engine: Engine, plan: Plan) -> Runner:
     """The engine's worker body for a plan: the edit flow over each region, last first (so the
     regions before it keep their offsets), then the answer's chunks and the final object."""
 
@@ -324,24 +325,16 @@ def finish(
     emit("final", final)
 
 
-def add_routes(
-    app: FastAPI,
-    engine: Engine,
-    preparers: ThreadPoolExecutor,
-    *,
-    api_key: str | None,
-    max_body: int,
-    body_timeout: float,
-) -> None:
-    """POST /v1/apply/completions and /v1/edit/completions on the app, behind its key and limits."""
+def add_routes(app: FastAPI, engine: Engine, preparers: ThreadPoolExecutor, accept: Accept, answer: Answer) -> None:
+    """POST /v1/apply/completions and /v1/edit/completions on the app: `accept` checks a request
+    and reads its body (dcode.serve.app's key, media type and limits), `answer` submits the job and
+    answers it (dcode.serve.app.run); preparing runs on the `preparers` threads."""
 
     async def serve(request: Request, path: Path) -> Any:
-        check_key(request, api_key)
-        check_json(request)
-        raw = await read_body(request, max_body, body_timeout)
+        raw = await accept(request)
         loop = asyncio.get_running_loop()
         prepared, plan = await loop.run_in_executor(preparers, prepare, engine, path, raw)
-        return await run(request, engine, prepared, runner(engine, plan))
+        return await answer(request, engine, prepared, runner(engine, plan))
 
     @app.post("/v1/apply/completions")
     async def apply(request: Request) -> Any:
