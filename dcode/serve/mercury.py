@@ -288,8 +288,11 @@ def runner(engine: Engine, plan: Plan) -> Runner:
                         if isinstance(event, Edited):
                             code, new_region = event.code, event.new_region
                             done.append(event)
-        except (InputError, FillError) as error:
+        except InputError as error:  # prepare() sized every region; a window that cannot fit lands here
             emit("error", BadRequest(str(error), FIELD, code="context_length_exceeded"))
+            return
+        except FillError as error:  # the fill repeated the code after its region: nothing to answer
+            emit("error", BadRequest(f"generation failed: {error}", None, 500, kind="server_error"))
             return
         text = answer_text(plan, code, new_region)
         finish(engine, plan, prepared, emit, (ident, created, text), done, time.perf_counter() - began)
