@@ -180,6 +180,22 @@ def test_next_edit_streams_the_fenced_region_as_the_local_edit_flow_writes_it(se
     assert whole.json()["object"] == "edit.completion" and whole.json()["choices"][0]["message"]["content"] == text
 
 
+@pytest.mark.parametrize(
+    ("path", "content", "extra", "language"),
+    [
+        ("edit", NEXT_EDIT.replace("calc.py", "calc.js"), {}, "javascript"),
+        ("edit", NEXT_EDIT, {"dcode": {"language": "ruby"}}, "ruby"),  # the dcode object names it
+        ("apply", apply_content("#!/bin/sh\necho a\n", "#!/bin/sh\necho b\n"), {}, "bash"),  # a shebang
+        ("apply", apply_content(CALC, SNIPPET), {}, "python"),  # the default
+    ],
+)
+def test_the_language_comes_from_the_request_the_path_or_a_shebang(
+    server: Served, path: mercury.Path, content: str, extra: dict[str, Any], language: str
+) -> None:
+    raw = json.dumps({"messages": [{"role": "user", "content": content}], **extra}).encode()
+    assert mercury.prepare(server.engine, path, raw)[1].language == language
+
+
 def test_next_edit_tells_the_model_the_recent_edits() -> None:
     said = mercury.next_edit_instruction("calc.py", "-def sub(a, b):\n+def add(a, b):", "def twice(x): ...", 2)
     assert said.startswith("Make the next edit the developer would make in calc.py")

@@ -207,12 +207,16 @@ def apply_plan(text: str, sizer: Sizer, name: str) -> Plan:
     return Plan("apply", original, tuple(regions), sizer.language, name)
 
 
-def next_edit_plan(text: str, sizer: Sizer) -> tuple[Plan, str]:
-    """A next-edit request's plan (one region) and the file's path as the request names it."""
-    current = required(text, "current_file_content")
-    path = ""
-    if found := re.match(r"current_file_path: ?([^\n]*)\n", current):
-        path, current = found.group(1).strip(), current[found.end() :]
+def file_path(current: str) -> tuple[str, str]:
+    """The path on the `current_file_path: PATH` line ("" without one), and the file after it."""
+    if found := re.match(r"current_file_path: ?([^\n]*)(?:\n|$)", current):
+        return found.group(1).strip(), current[found.end() :]
+    return "", current
+
+
+def next_edit_plan(text: str, sizer: Sizer) -> Plan:
+    """A next-edit request's plan: its one region."""
+    path, current = file_path(required(text, "current_file_content"))
     source, a, b, open_end = file_and_region(current, tagged(text, "code_to_edit"))
     a, b = whole_lines(source, a, b)
     start, end = len(source[:a].encode()), len(source[:b].encode())
@@ -220,7 +224,7 @@ def next_edit_plan(text: str, sizer: Sizer) -> tuple[Plan, str]:
     for keep in (2, 1, 0):  # what fits: recently viewed code goes first, then the edit history
         region = sizer.region(source, start, end, next_edit_instruction(path, history, viewed, keep))
         if region is not None:
-            return Plan("edit", source, (region,), sizer.language, path or "the file", open_end), path
+            return Plan("edit", source, (region,), sizer.language, path or "the file", open_end)
     raise sizer.refuse("the <|code_to_edit|> region")
 
 
@@ -236,11 +240,9 @@ def prepare(engine: Engine, path: Path, raw: bytes) -> tuple[Prepared, Plan]:
         language = explicit or detect_language(None, tagged(job.text, "original_code"), None) or "python"
         plan = apply_plan(job.text, Sizer(engine, language, job.max_tokens), "the original code")
     else:
-        current = tagged(job.text, "current_file_content") or ""
-        named = re.match(r"current_file_path: ?([^\n]*)", current)
-        where = named.group(1).strip() if named else None
+        where = file_path(tagged(job.text, "current_file_content") or "")[0]
         language = explicit or detect_language(where, None, None) or "python"
-        plan, _ = next_edit_plan(job.text, Sizer(engine, language, job.max_tokens))
+        plan = next_edit_plan(job.text, Sizer(engine, language, job.max_tokens))
     repair = engine.repair_rounds > 0 if job.repair is None else job.repair
     rounds = (engine.repair_rounds or 3) if repair else 0
     length = sum(region.length for region in plan.regions) or 1
