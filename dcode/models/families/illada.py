@@ -93,7 +93,8 @@ REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers
 def refusal(config: dict[str, Any]) -> str | None:
     """What in config.json the Llama classes cannot run as modeling_illada.py does, else None."""
     if config.get("layer_norm_eps") is not None:
-        return f"layer_norm_eps={config['layer_norm_eps']!r} asks for LayerNorm norms; dcode runs iLLaDA with RMSNorm only (layer_norm_eps unset)"
+        eps = config["layer_norm_eps"]
+        return f"layer_norm_eps={eps!r} asks for LayerNorm norms; dcode runs iLLaDA with RMSNorm (layer_norm_eps unset)"
     scaling = config.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind != "default" or scaling.get("factor", 1.0) != 1.0:  # the release's code refuses these too
