@@ -56,6 +56,9 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
     assert rows["sdar-8b-b32"].split()[1:3] == ["JetLM/SDAR-8B-Chat-b32", "sdar"]
     assert rows["stable-diffcoder-8b"].split()[3:5] == ["8.25B", "16.5"]
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
+    # iLLaDA: its own family (not LLaDA's network); the Base card's 7.62B, no scores in the authors' text
+    assert rows["illada-8b"].split()[1:6] == ["GSAI-ML/iLLaDA-8B-Instruct", "illada", "7.62B", "16.5", "GB"]
+    assert rows["illada-8b"].split()[-3] == "-/-"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     # 15 GB of weights in bfloat16, 7.6 in int8: in 8 GB only in int4 (4.8 GB)
     assert rows["dream-coder-7b"].split()[-3:] == ["82.9/79.6", "RAM", "(int4)"]
