@@ -1,9 +1,10 @@
-"""The issue's measured int8 path, for comparison only (benchmarks/quantize.py speed): each of dcode's
+"""The issue's measured int8 path, for comparison only (benchmarks/cpu.py, quantize.py speed): each of dcode's
 int8 layers (int8_linear.Int8Linear) run by fbgemm's dynamic int8 linear through torch.ao
 (`torch.ops.quantized.linear_dynamic`): the same per-channel int8 weights, packed by fbgemm, the
 activations quantised per call over the whole matrix (uint8, full range: reduce_range=False), the
-output head too. dcode does not run it: it builds on torch's quantised tensors, deprecated since
-torch 2.10, and a row's output depends on the other rows fed with it (the scale is the matrix's).
+output head too. dcode does not run it: it builds on torch's quantised tensors (torch 2.13 warns
+they will be removed), and a row's output depends on the other rows fed with it (the scale is the
+matrix's).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class FbgemmLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = layer.in_features, layer.out_features
         zeros = torch.zeros(layer.out_features, dtype=torch.long)
-        with warnings.catch_warnings():  # torch's quantised tensors are deprecated (torch 2.10)
+        with warnings.catch_warnings():  # torch 2.13: quantised tensors are deprecated
             warnings.simplefilter("ignore")
             weight = torch._make_per_channel_quantized_tensor(layer.qdata, layer.scale.double(), zeros, 0)
             engine, torch.backends.quantized.engine = torch.backends.quantized.engine, "fbgemm"
