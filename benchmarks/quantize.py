@@ -215,7 +215,8 @@ def main() -> None:
     parser.add_argument("parts", nargs="+", choices=("memory", "speed", "agree"))
     parser.add_argument("--out", type=Path, default=Path("bench-results/quantize"))
     parser.add_argument("--family", default="qwen2", help="memory: the checkpoint format (qwen2, a2d_qwen2_bd3lm)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="speed: timed rounds (after one untimed)")
+    parser.add_argument("--shapes", default="qwen2.5-0.5b,sdar-1.7b", help="speed: comma-separated shapes")
     parser.add_argument("--limit", type=int, default=10, help="agree: the first N prompts")
     parser.add_argument("--scratch", type=Path, default=None, help="where the random checkpoints go (kept)")
     args = parser.parse_args()
@@ -230,10 +231,8 @@ def main() -> None:
     if "memory" in args.parts:
         report["memory"] = memory(args.out, args.family, scratch)
     if "speed" in args.parts:
-        report["speed"] = [
-            speed("qwen2.5-0.5b", "qwen2", scratch, args.repeats),
-            speed("sdar-1.7b", "sdar", scratch, args.repeats),
-        ]
+        families = {"qwen2.5-0.5b": "qwen2", "sdar-1.7b": "sdar"}
+        report["speed"] = [speed(shape, families[shape], scratch, args.repeats) for shape in args.shapes.split(",")]
     if "agree" in args.parts:
         report["agree"] = agree(args.limit)
     args.out.mkdir(parents=True, exist_ok=True)
