@@ -17,7 +17,7 @@ CoDA shapes without Qwen3's per-head q/k norm, a negligible share of the work): 
 in the cache, then the median ms of one pass feeding a block (32 tokens; SDAR's shape its own 4) in
 1, 4, 8 and 16 rows (the verify rule's rows), and of one autoregressive step (1 token, 1 row,
 causal) over the same cache;
-float32, bfloat16 and, for the linears, int8 dynamic quantisation where torch has it for this CPU;
+float32, bfloat16 and, at the 0.5B shape, int8 (dcode's --quantize int8 kernels and fbgemm's);
 the peak memory of each. tok/s at 1, 2, 3 and 5 tokens per pass is projected from the measured
 1-row block pass: only the tokens per pass are projected, the times are measured.
 
@@ -38,8 +38,8 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,31 +192,31 @@ def random_model(config: dict[str, Any], dtype: torch.dtype) -> native.Qwen2:
     return model.eval()
 
 
-def int8_linears(model: native.Qwen2) -> native.Qwen2 | None:
-    """The model with every linear layer but the output head int8-quantised dynamically (torch's
-    quantize_dynamic, float32 activations), or None where torch has no int8 engine for this CPU."""
-    try:
-        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-        from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
-    except ImportError:
-        return None
-    if (
-        "x86" not in torch.backends.quantized.supported_engines
-        and "fbgemm" not in torch.backends.quantized.supported_engines
-    ):
-        return None
-    for module in model.model.layers.modules():
-        if isinstance(module, native.Linear):
-            module.__class__ = torch.nn.Linear  # native.Linear only skips the random init
-    with warnings.catch_warnings():  # torch.ao's eager quantisation says it is moving to torchao
-        warnings.simplefilter("ignore")
-        quantize_dynamic(
-            model.model.layers,
-            {torch.nn.Linear: default_dynamic_qconfig},
-            mapping={torch.nn.Linear: DynamicLinear},
-            inplace=True,
-        )
-    return model
+INT8 = ("int8", "int8-weight-only", "int8-fbgemm")  # (b)'s int8 rows: dcode's CPU kernel, the other one, the issue's
+
+
+def int8_model(model: native.Qwen2, kind: str) -> native.Qwen2:
+    """`--quantize int8` on a CPU applied to a random model: each linear layer's weight in int8, one
+    scale per row (absmax / 127, torchao's choice), the tied embedding in int8 rows and the output
+    head on them (an untied head quantised itself). int8: Int8Linear as dcode runs it on this CPU
+    (int8 activations per row and torch._int_mm where the CPU has int8 dot products);
+    int8-weight-only: torch._weight_int8pack_mm; int8-fbgemm: the issue's path (benchmarks/fbgemm_int8.py)."""
+    from fbgemm_int8 import fbgemm_copy
+
+    from dcode.models.int8_linear import Int8Embedding, Int8Linear
+
+    dynamic = None if kind == "int8" else False  # None: as the CPU allows (int8_linear.dynamic_int8)
+    for name, module in list(model.model.layers.named_modules()):
+        if isinstance(module, torch.nn.Linear):
+            rows = Int8Embedding.of(module.weight.data)
+            layer = Int8Linear(rows.qdata, rows.scale, module.bias, module.weight.dtype, dynamic)
+            model.model.layers.set_submodule(name, layer)
+    embedding = Int8Embedding.of(model.model.embed_tokens.weight.data)
+    head = model.lm_head.weight.data
+    model.model.embed_tokens = embedding  # type: ignore[assignment]
+    model.lm_head = (embedding if model.shape.tied else Int8Embedding.of(head)).head(dynamic)  # type: ignore[assignment]
+    del head
+    return fbgemm_copy(model) if kind == "int8-fbgemm" else model  # type: ignore[return-value]
 
 
 def median_ms(run: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -314,12 +314,13 @@ def shapes_part(names: list[str], repeats: int, int8: bool, dtypes: tuple[str, .
     out: list[dict[str, Any]] = []
     for name in names:
         config = SHAPES[name]
-        kinds = [*dtypes, *(["int8"] if int8 and name == "qwen2.5-0.5b" else [])]
+        kinds = [*dtypes, *(INT8 if int8 and name == "qwen2.5-0.5b" else [])]
         for kind in kinds:
             with PeakMemory(torch.device("cpu")) as peak:
-                model = random_model(config, torch.float32 if kind == "int8" else getattr(torch, kind))
-                if kind == "int8" and int8_linears(model) is None:
-                    continue
+                model = random_model(config, torch.bfloat16 if kind in INT8 else getattr(torch, kind))
+                if kind in INT8:
+                    model = int8_model(model, kind)
+                    release_memory()
                 timed = shape_passes(model, repeats, BLOCKS.get(name, BLOCK))
             weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.is_floating_point())
             del model
@@ -334,6 +335,62 @@ def shapes_part(names: list[str], repeats: int, int8: bool, dtypes: tuple[str, .
             out.append(row)
             print(json.dumps(row), flush=True)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) Tiny-A2D's format at the 0.5B shape: the native forward against transformers'
+
+
+@torch.inference_mode()
+def a2d_part(repeats: int, scratch: Path) -> list[dict[str, Any]]:
+    """Tiny-A2D's bd3lm format (dcode.testing.checkpoints, random weights) at the 0.5B shape, bfloat16:
+    a 32-token block over a 256-token cache on dcode.models.native (every logit, and 16 read as a verify
+    pass reads them) and on transformers' Qwen2ForCausalLM (every logit: the a2d path before),
+    median wall and CPU ms of interleaved rounds (the first dropped)."""
+    from quantize import medians, packed_pass, timed, write
+
+    from dcode.models.families import a2d
+
+    folder = scratch / "a2d-qwen2.5-0.5b-bd3lm"
+    weights = write("a2d_qwen2_bd3lm", "qwen2.5-0.5b", folder)
+    config = json.loads((folder / "config.json").read_text())
+    cpu, bf16 = torch.device("cpu"), torch.bfloat16
+    paths = {"native": a2d.load(folder, cpu, bf16, str(folder), config)}
+    paths["transformers"] = a2d.load(folder, cpu, bf16, str(folder), config, native_path=False)
+    ids = torch.randint(3, 1000, (1, PREFIX + BLOCK), generator=torch.Generator().manual_seed(2))
+    caches = {name: model.new_cache() for name, model in paths.items()}
+    for name, model in paths.items():
+        model(ids[:, :PREFIX], caches[name], origin=0)
+    times: dict[str, list[tuple[float, float]]] = {"transformers": [], "native": [], "native, 16 logits read": []}
+    for _ in range(repeats + 1):
+        for name, model in paths.items():
+            cache = caches[name]
+            times[name].append(timed(lambda m=model, c=cache: m(ids[:, PREFIX:], c, origin=0)))
+            cache.crop(PREFIX)
+            if name == "native":
+                read = timed(lambda m=model, c=cache: packed_pass(m, ids[0, PREFIX:], PREFIX, c))
+                times["native, 16 logits read"].append(read)
+                cache.crop(PREFIX)
+    rows = [
+        {"shape": "qwen2.5-0.5b", "format": "a2d bd3lm", "path": name, "weights_sha256_16mb": weights}
+        | medians("ms_per_pass", walls[1:])
+        for name, walls in times.items()
+    ]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def a2d_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| path | ms per 32-token pass (CPU ms) |", "|---|---|"]
+    lines += [f"| {r['path']} | {r['ms_per_pass']:.0f} ({r['cpu_ms_per_pass']:.0f}) |" for r in rows]
+    return (
+        "\n## Tiny-A2D's format, native against transformers\n\nA random checkpoint in Tiny-A2D's bd3lm format "
+        f"at the Qwen2.5-Coder-0.5B shape, bfloat16: a {BLOCK}-token block over a {PREFIX}-token cache, interleaved "
+        "rounds (wall ms, the process's CPU ms in brackets). transformers: Qwen2ForCausalLM, every logit (the a2d "
+        "path before); native: dcode.models.native, every logit, and with the output head on the 16 positions a "
+        "verify pass reads.\n\n" + "\n".join(lines) + "\n"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,10 +542,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--limit", type=int, default=0, help="(a): the first N prompts (0: all)")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="(b): comma-separated (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="(b): timed calls per median (default: %(default)s)")
-    parser.add_argument("--no-int8", action="store_true", help="(b): skip int8 dynamic quantisation")
+    parser.add_argument("--no-int8", action="store_true", help="(b): skip the int8 rows")
     parser.add_argument("--shape-dtypes", default=",".join(DTYPES), help="(b): dtypes (default: %(default)s)")
     parser.add_argument("--settings", default=",".join(SETTINGS), help="(a): setting names (default: %(default)s)")
     parser.add_argument("--skip-tiny", action="store_true")
+    parser.add_argument("--a2d", action="store_true", help="(d): Tiny-A2D's format, native against transformers")
+    parser.add_argument("--scratch", type=Path, default=None, help="(d): where its random checkpoint goes (kept)")
     parser.add_argument("--llama-bench", type=Path, help="(c): llama.cpp's llama-bench")
     parser.add_argument("--llama-python", default=sys.executable, help="(c): a python with gguf installed")
     parser.add_argument("--gguf-dir", type=Path, default=Path(".bench/gguf"), help="(c): where the GGUF files are kept")
@@ -507,6 +566,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.shape_threads = torch.get_num_threads()
     names = [n.strip() for n in args.shapes.split(",") if n.strip()]
     report["shapes"] = shapes_part(names, args.repeats, not args.no_int8, tuple(args.shape_dtypes.split(",")))
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="dcode-cpu-"))
+    report["a2d"] = a2d_part(args.repeats, scratch) if args.a2d else []
     report["llama_cpp"] = llama_part(args) if args.llama_bench else []
     report |= {"load_after": os.getloadavg(), "seconds": round(time.perf_counter() - began)}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -549,12 +610,17 @@ def markdown(report: dict[str, Any], prompts: int, args: argparse.Namespace) -> 
             "dcode.forward.PackedRows), and in 1 row alternating with one "
             f"autoregressive step (1 token) over the same cache (median of {max(5, args.repeats)} pairs); "
             "peak MiB is the process's memory high-water mark over its level before the model was "
-            "built (the float weights' share in brackets: the int8 layers are not in it). int8 (the 0.5B shape): its "
-            "linear layers "
-            "quantised dynamically (torch.ao quantize_dynamic), the output head in float32. The projected tok/s "
+            "built (the float weights' share in brackets: the int8 layers are not in it). int8 (the 0.5B shape): "
+            "`--quantize int8` as dcode runs it on this CPU, every linear layer and the output head in int8 "
+            "(one scale per row), bfloat16 activations, quantised per row to int8 for torch._int_mm where the CPU "
+            "has int8 dot products; int8-weight-only the same weights through torch._weight_int8pack_mm; "
+            "int8-fbgemm the same weights through fbgemm's dynamic int8 linear (torch.ao, activations quantised "
+            "per call, reduce_range=False: benchmarks/fbgemm_int8.py). The projected tok/s "
             "multiply the measured 1-row block pass by tokens per pass; only the tokens per pass are projected.\n\n"
             + shapes_markdown(report["shapes"])
         )
+    if report.get("a2d"):
+        parts.append(a2d_markdown(report["a2d"]))
     parts.append(llama_markdown(report))
     return "".join(parts)
 

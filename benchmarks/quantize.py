@@ -8,7 +8,8 @@ Prints numbers (a benchmark, not a timed test) and writes them as JSON under --o
            qwen2 is dcode's own torch loader, a2d_qwen2_bd3lm transformers'), with none/int8/int4.
   speed    ms per forward pass, 1 row, random weights: the 0.5B shape (Qwen2.5-0.5B, a 32-token
            block over a 256-token cache) and SDAR-1.7B's (Qwen3-1.7B layers, a 4-token block over
-           256), none/int8/int4, median of --repeats.
+           256), none/int8 (both CPU kernels; the 0.5B shape also fbgemm's, the issue's path)/int4,
+           median of --repeats interleaved rounds, and the logits' agreement with none's.
   agree    dcode-tiny's answers to the public prompts (benchmarks/prompts.jsonl) with int8 and int4
            against bfloat16's: identical answers, and answers that parse (dcode.syntax.find_issues).
 
@@ -87,38 +88,103 @@ def memory(out: Path, family: str, scratch: Path) -> dict[str, object]:
 
 
 def speed(shape: str, family: str, scratch: Path, repeats: int) -> dict[str, object]:
+    """ms per block pass (every logit) of each variant, in interleaved rounds (each round runs every
+    variant once, so all see the same load on a shared machine), and where the denoiser packs rows
+    (the native path) the same pass with the head on 16 positions (what a verify pass reads).
+    Variants: none, int8 (dcode's CPU kernel), int8 with the other CPU kernel (weight-only or
+    dynamic, the same weights), the issue's fbgemm path (0.5B shape alone: benchmarks/fbgemm_int8.py),
+    int4. The logits' error against none's and how many positions keep none's top token."""
     import torch
 
     from dcode.models import load
+    from dcode.models.int8_linear import Int8Linear
 
     folder = scratch / f"{family}-{shape}"
     weights = write(family, shape, folder)
     *_, block, cached = SHAPES[shape]
-    rows = []
-    for kind in KINDS:
-        model = load(str(folder), dtype=torch.bfloat16, quantize=kind)
-        ids = torch.randint(3, 1000, (1, cached + block))
-        cache = model.new_cache()
-        times = []
-        for _ in range(repeats + 1):
-            if cache is not None:
-                cache.crop(0)
-                model(ids[:, :cached], cache)
-            start = time.perf_counter()
-            model(ids[:, cached:], cache) if cache is not None else model(ids)
-            times.append((time.perf_counter() - start) * 1000)
-        ms = statistics.median(times[1:])
-        rows.append({"kind": kind, "ms_per_pass": round(ms, 1)})
-        print(f"speed {shape} ({family}) block {block} over {cached}: {kind} {ms:.0f} ms")
-        del model
-    return {
-        "shape": shape,
-        "family": family,
-        "block": block,
-        "cached": cached,
-        "weights_sha256_16mb": weights,
-        "rows": rows,
+    models = {kind: load(str(folder), dtype=torch.bfloat16, quantize=kind) for kind in KINDS}
+    int8 = models["int8"]
+    layers = [m for m in int8.model.modules() if isinstance(m, Int8Linear)]  # type: ignore[attr-defined]
+    chosen = layers[0].dynamic
+    variants = {
+        "none": (models["none"], None),
+        f"int8 ({kernel_name(chosen)}, dcode's)": (int8, chosen),
+        f"int8 ({kernel_name(not chosen)})": (int8, not chosen),
+        "int4": (models["int4"], None),
     }
+    if shape == "qwen2.5-0.5b":
+        from fbgemm_int8 import fbgemm_copy
+
+        variants["int8 (fbgemm, the issue's path)"] = (replace_network(int8, fbgemm_copy(int8.model)), None)  # type: ignore[attr-defined]
+    ids = torch.randint(3, 1000, (1, cached + block), generator=torch.Generator().manual_seed(0))
+    caches, logits = {}, {}
+    for name, (model, dynamic) in variants.items():
+        set_dynamic(layers, dynamic)
+        caches[name] = model.new_cache()
+        model(ids[:, :cached], caches[name])
+        logits[name] = model(ids[:, cached:], caches[name])[0].float()
+        caches[name].crop(cached)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    read: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for _ in range(repeats + 1):
+        for name, (model, dynamic) in variants.items():
+            set_dynamic(layers, dynamic)
+            cache = caches[name]
+            times[name].append(timed(lambda m=model, c=cache: m(ids[:, cached:], c)))
+            cache.crop(cached)
+            if hasattr(model, "packed"):
+                read[name].append(timed(lambda m=model, c=cache: packed_pass(m, ids[0, cached:], cached, c)))
+                cache.crop(cached)
+    rows = []
+    for name in variants:
+        error = ((logits[name] - logits["none"]).norm() / logits["none"].norm()).item()
+        top = (logits[name].argmax(-1) == logits["none"].argmax(-1)).float().mean().item()
+        row = {"kind": name} | medians("ms_per_pass", times[name][1:])
+        if read[name]:
+            row |= medians("ms_16_logits_read", read[name][1:])
+        rows.append(row | {"logit_error": round(error, 4), "top1_as_none": round(top, 3)})
+        print(f"speed {shape} ({family}) block {block} over {cached}: {json.dumps(rows[-1])}", flush=True)
+    return {"shape": shape, "family": family, "block": block, "cached": cached, "rounds": repeats,
+            "weights_sha256_16mb": weights, "rows": rows}  # fmt: skip
+
+
+def medians(key: str, pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """{key: median wall ms, "cpu_" + key: median CPU ms} of (wall, cpu) pairs."""
+    walls, cpus = zip(*pairs, strict=True)
+    return {key: round(statistics.median(walls), 1), f"cpu_{key}": round(statistics.median(cpus), 1)}
+
+
+def kernel_name(dynamic: bool) -> str:
+    return "dynamic, torch._int_mm" if dynamic else "weight-only, torch._weight_int8pack_mm"
+
+
+def set_dynamic(layers: list, dynamic: bool | None) -> None:  # type: ignore[type-arg]
+    """Switch dcode's int8 layers between their two CPU kernels (None: leave them)."""
+    for layer in layers if dynamic is not None else []:
+        layer.dynamic = dynamic
+
+
+def replace_network(model: object, network: object) -> object:
+    from dataclasses import replace as swapped
+
+    return swapped(model, model=network)  # type: ignore[type-var]
+
+
+def timed(run: object) -> tuple[float, float]:
+    """Wall and process CPU ms of one call (on a shared machine the CPU time is the steadier)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    run()  # type: ignore[operator]
+    return (time.perf_counter() - start) * 1000, (time.process_time() - cpu) * 1000
+
+
+def packed_pass(model: object, ids: object, cached: int, cache: object) -> object:
+    """The block as one packed row, the head on its first 16 positions (NativeDenoiser.packed + logits)."""
+    import torch
+
+    n = len(ids)  # type: ignore[arg-type]
+    positions, segments = torch.arange(cached, cached + n), torch.ones(n, dtype=torch.long)
+    hidden = model.packed(ids, positions, segments, cache)  # type: ignore[attr-defined]
+    return model.logits(hidden[:16])  # type: ignore[attr-defined]
 
 
 def agree(limit: int) -> dict[str, object]:
@@ -149,7 +215,8 @@ def main() -> None:
     parser.add_argument("parts", nargs="+", choices=("memory", "speed", "agree"))
     parser.add_argument("--out", type=Path, default=Path("bench-results/quantize"))
     parser.add_argument("--family", default="qwen2", help="memory: the checkpoint format (qwen2, a2d_qwen2_bd3lm)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="speed: timed rounds (after one untimed)")
+    parser.add_argument("--shapes", default="qwen2.5-0.5b,sdar-1.7b", help="speed: comma-separated shapes")
     parser.add_argument("--limit", type=int, default=10, help="agree: the first N prompts")
     parser.add_argument("--scratch", type=Path, default=None, help="where the random checkpoints go (kept)")
     args = parser.parse_args()
@@ -164,10 +231,8 @@ def main() -> None:
     if "memory" in args.parts:
         report["memory"] = memory(args.out, args.family, scratch)
     if "speed" in args.parts:
-        report["speed"] = [
-            speed("qwen2.5-0.5b", "qwen2", scratch, args.repeats),
-            speed("sdar-1.7b", "sdar", scratch, args.repeats),
-        ]
+        families = {"qwen2.5-0.5b": "qwen2", "sdar-1.7b": "sdar"}
+        report["speed"] = [speed(shape, families[shape], scratch, args.repeats) for shape in args.shapes.split(",")]
     if "agree" in args.parts:
         report["agree"] = agree(args.limit)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -88,6 +88,30 @@ def test_facts_and_logits_match_plain_torch(kind: str, folders: dict[str, Path])
         assert model.new_cache() is None
 
 
+def test_bd3lm_on_qwen2_runs_the_native_forward_with_transformers_logits(folders: dict[str, Path]) -> None:
+    """a2d-coder-0.5b (the CPU pick) runs on dcode.models.native, which reads the output head only
+    where the sampler does: the same logits as transformers' Qwen2ForCausalLM, the path it took
+    before, blocks counted from the answer, with and without the cache. The rest stay on transformers."""
+    from dcode.models.families import a2d
+    from dcode.models.native import NativeDenoiser
+
+    folder = folders["a2d_qwen2_bd3lm"]
+    config = json.loads((folder / "config.json").read_text())
+    native = models.load(str(folder))
+    twin = a2d.load(folder, torch.device("cpu"), torch.float32, str(folder), config, native_path=False)
+    assert isinstance(native, NativeDenoiser) and not isinstance(twin, NativeDenoiser)
+    assert native.facts == twin.facts and native.tokenizer.get_vocab() == twin.tokenizer.get_vocab()
+    ids = some_ids(native, 50)[None]
+    for origin in (0, 13):
+        want = twin(ids, origin=origin)
+        assert torch.allclose(native(ids, origin=origin), want, atol=1e-5)
+        cache, split = native.new_cache(), origin or BLOCK  # the first block's end: what a cache keeps
+        parts = [native(ids[:, :split], cache, origin=origin), native(ids[:, split:], cache, origin=origin)]
+        assert torch.allclose(torch.cat(parts, dim=1), want, atol=1e-4)
+    for kind in ("a2d_qwen2_mdlm", "a2d_qwen3_bd3lm"):
+        assert not isinstance(models.load(str(folders[kind])), NativeDenoiser)
+
+
 @pytest.mark.parametrize("kind", ["a2d_qwen2_bd3lm", "a2d_qwen3_mdlm"])
 def test_bfloat16_logits_are_close(kind: str, folders: dict[str, Path]) -> None:
     """The dtype a CUDA user runs: within a few percent of the logits' spread."""

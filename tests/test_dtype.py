@@ -96,6 +96,29 @@ def test_every_family_runs_in_bfloat16_on_the_cpu(family: str, tmp_path: Path) -
     assert finished.forward >= 1 and finished.tokens <= 16
 
 
+def test_cpu_benchmarks_int8_rows_run_dcodes_int8_layers_and_fbgemms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/cpu.py's int8 rows on a small shape: every linear layer and the tied head int8
+    (dcode's Int8Linear, or fbgemm's on the same values), logits close to bfloat16's."""
+    from conftest import benchmark_module
+
+    from dcode.models.int8_linear import Int8Embedding, Int8Linear
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # fbgemm_int8 beside it
+    cpu = benchmark_module("cpu.py")
+    config = cpu.SHAPES["qwen2.5-0.5b"] | {"vocab_size": 64, "hidden_size": 64, "num_hidden_layers": 1}
+    config |= {"num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128}
+    ids, mask = torch.arange(8)[None], torch.ones(1, 1, 8, 8, dtype=torch.bool)
+    with torch.inference_mode():
+        want = cpu.random_model(config, torch.bfloat16)(ids, 0, mask).float()
+        for kind in cpu.INT8:
+            model = cpu.int8_model(cpu.random_model(config, torch.bfloat16), kind)
+            assert isinstance(model.model.embed_tokens, Int8Embedding)
+            linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
+            assert len(linears) == (0 if kind == "int8-fbgemm" else 8)  # 7 in the layer and the head
+            got = model(ids, 0, mask).float()
+            assert ((got - want).norm() / want.norm()).item() < 0.1, kind
+
+
 def test_cpu_benchmark_measures_a_shape_and_judges_the_targets() -> None:
     """benchmarks/cpu.py's plumbing on a small shape (no timing is checked): every pass is timed,
     and the targets are judged from the numbers given."""

@@ -61,10 +61,11 @@ def test_every_family_runs_quantised_on_the_cpu(written: dict[str, Path], family
     assert 0 < ((got - want).norm() / want.norm()).item() < BOUND[kind]
 
 
-def test_int8_on_a_cpu_runs_pytorchs_int8_kernel_on_torchaos_values(written: dict[str, Path]) -> None:
+def test_int8_on_a_cpu_runs_pytorchs_int8_kernels_on_torchaos_values(written: dict[str, Path]) -> None:
     """int8_cpu_kernel swaps torchao's eager int8 layers (which convert the weight back to bfloat16
-    on every call) for Int8Linear, PyTorch's int8 CPU kernel on the same values and scales."""
-    from dcode.models.int8_linear import Int8Embedding, Int8Linear
+    on every call) for Int8Linear on the same values and scales: with int8 activations, one scale
+    per row, multiplied in integers (torch._int_mm), or weight-only (torch._weight_int8pack_mm)."""
+    from dcode.models.int8_linear import Int8Embedding, Int8Linear, int8_rows
 
     model = load(str(written["qwen2"]), dtype=torch.float32, quantize="int8")
     network = model.model  # type: ignore[attr-defined]
@@ -77,8 +78,54 @@ def test_int8_on_a_cpu_runs_pytorchs_int8_kernel_on_torchaos_values(written: dic
     )
     layer = layers[0]
     x = torch.randn(5, layer.in_features)
-    reference = x @ (layer.qdata.float() * layer.scale[:, None]).T + (layer.bias if layer.bias is not None else 0)
-    assert torch.allclose(layer(x), reference, atol=1e-4)
+    bias = layer.bias if layer.bias is not None else 0
+    layer.dynamic = False
+    assert torch.allclose(layer(x), x @ (layer.qdata.float() * layer.scale[:, None]).T + bias, atol=1e-4)
+    layer.dynamic = True
+    rows, scale = int8_rows(x)
+    assert rows.abs().amax(dim=1).eq(127).all() and torch.allclose(rows * scale, x, atol=scale.max().item())
+    integers = (rows.long() @ layer.qdata.long().T).float()  # exact sums
+    assert torch.allclose(layer(x), integers * scale * layer.scale + bias, rtol=1e-6, atol=1e-6)
+
+
+def test_dynamic_int8_gives_a_row_the_same_output_however_many_rows_come_with_it() -> None:
+    """A row's activations are quantised on their own and summed in integers: the verify rule's
+    rows, fed together, get what each would get alone, bit for bit."""
+    from dcode.models.int8_linear import Int8Embedding
+
+    head = Int8Embedding.of(torch.randn(300, 64)).head(dynamic=True)
+    x = torch.randn(20, 64) * torch.logspace(-2, 2, 20)[:, None]  # rows of very different sizes
+    together = head(x)
+    assert all(torch.equal(head(x[i : i + 1])[0], together[i]) for i in range(len(x)))
+
+
+def test_with_int8_the_verify_rules_answers_are_one_token_per_pass_answers() -> None:
+    """Rows packed into one pass get what each would alone (int8 activations are quantised per row):
+    the verify rule still writes one token per pass's answer (fbgemm's per-pass activation scale
+    measured 5 of 6 prompts: docs/benchmarks/quantize)."""
+    from dataclasses import replace
+
+    from dcode.bench.answers import answered
+    from dcode.config import SamplerConfig
+
+    model = load(None, torch.device("cpu"), torch.bfloat16, quantize="int8")
+    for prompt in ("a function that merges two sorted lists", "an LRU cache class with get and put"):
+        verify = answered(model, prompt, "python", 128, replace(SamplerConfig(), rule="verify"))[0]
+        one = answered(model, prompt, "python", 128, replace(SamplerConfig(), rule="verify", draft=0))[0]
+        assert verify.code == one.code and verify.forward < one.forward
+
+
+def test_the_int8_kernel_follows_the_cpus_int8_instructions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dcode import dtypes
+    from dcode.models import int8_linear
+
+    for flags, dynamic in ((frozenset({"avx2", "avx512_vnni"}), True), (frozenset({"avx2", "avx512f"}), False)):
+        monkeypatch.setattr(dtypes, "cpu_flags", lambda flags=flags: flags)
+        int8_linear.dynamic_int8.cache_clear()
+        assert int8_linear.dynamic_int8() is dynamic
+        layer = int8_linear.Int8Linear(torch.zeros(16, 64, dtype=torch.int8), torch.ones(16), None, torch.float32)
+        assert layer.dynamic is dynamic
+    int8_linear.dynamic_int8.cache_clear()
 
 
 def test_the_loader_holds_one_weight_at_a_time(written: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:

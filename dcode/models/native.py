@@ -340,15 +340,17 @@ def load_checked(
     return model.to(device).eval()
 
 
-def forward_cached(model: nn.Module, ids: torch.Tensor, cache: NativeCache | None, block: int | None) -> torch.Tensor:
+def forward_cached(
+    model: nn.Module, ids: torch.Tensor, cache: NativeCache | None, block: int | None, origin: int = 0
+) -> torch.Tensor:
     """A denoiser's call on a network of this module's kind (forward(ids, start, mask, cache)):
     ids (B, L) at canvas positions [P, P+L), P = cache.length -> logits (B, L, V) in float32,
-    block-causal in blocks of `block` (None: full attention)."""
+    block-causal in blocks of `block` counted from `origin` (None: full attention)."""
     start = 0
     if cache is not None:
         cache.widen(ids.shape[0])
         start = cache.length
-    mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], block, ids.device)
+    mask = block_causal_mask(start, ids.shape[1], start + ids.shape[1], block, ids.device, origin)
     return model(ids, start, mask, cache).float()
 
 
@@ -397,19 +399,21 @@ class PackedCall(NamedTuple):
 
 @dataclass
 class NativeDenoiser:
-    """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward."""
+    """Token ids -> logits for a block-causal Qwen2 checkpoint run by this module's forward (dcode's
+    own format, Tiny-A2D's bd3lm releases on Qwen2.5)."""
 
     model: Qwen2
     tokenizer: Any
     facts: ModelFacts
 
     @torch.inference_mode()
-    def __call__(self, ids: torch.Tensor, cache: NativeCache | None = None) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, cache: NativeCache | None = None, *, origin: int = 0) -> torch.Tensor:
         """ids (B, L) at canvas positions [P, P+L) where P = cache.length -> logits (B, L, V) in float32.
+        origin: where the attention blocks start (facts.block_origin "answer": the answer's first position).
 
         With a cache, the new positions' keys/values are appended to it; the caller crops.
         """
-        return forward_cached(self.model, ids, cache, self.facts.block)
+        return forward_cached(self.model, ids, cache, self.facts.block, origin)
 
     @torch.inference_mode()
     def packed(

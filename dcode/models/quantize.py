@@ -156,11 +156,12 @@ def quantize_layer(module: nn.Module, config: Any, name: str) -> None:
 
 
 def int8_cpu_kernel(model: nn.Module) -> None:
-    """On a CPU, each int8 linear layer multiplied by PyTorch's int8 weight-only kernel
-    (`torch._weight_int8pack_mm`) instead of torchao's eager path, which converts the whole weight
-    back to the activations' dtype on every call: twice as slow as bfloat16 on an AVX-512 CPU and
-    a weight-sized temporary per layer (docs/models.md). The same int8 values and per-row scales
-    torchao chose; nothing is quantised again."""
+    """On a CPU, each int8 linear layer run by PyTorch's int8 kernels (int8_linear.Int8Linear: on a
+    CPU with int8 dot-product instructions the activations quantised per row and multiplied in
+    integers by `torch._int_mm`, else `torch._weight_int8pack_mm`) instead of torchao's eager path,
+    which converts the whole weight back to the activations' dtype on every call: twice as slow as
+    bfloat16 on an AVX-512 CPU and a weight-sized temporary per layer (docs/models.md). The same
+    int8 values and per-row scales torchao chose; nothing is quantised again."""
     from torchao.quantization import Int8Tensor
 
     from dcode.models.int8_linear import Int8Linear
@@ -265,7 +266,7 @@ _trim: Any = None  # glibc's malloc_trim once looked up; False where there is no
 def tie_head(model: nn.Module, embedding: str) -> None:
     """model.lm_head reads the input embedding named `embedding`: its weight, or, for an int8
     embedding (stream_weights quantises dcode's own models' embeddings), an int8 head on the same
-    matrix (PyTorch's int8 kernel: measured the fastest head on a CPU, docs/models.md)."""
+    matrix (no second copy of it)."""
     from dcode.models.int8_linear import Int8Embedding
 
     module = model.get_submodule(embedding)

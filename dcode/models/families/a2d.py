@@ -7,8 +7,10 @@ A2DQwen{2,3}LMHeadModel unchanged) and replacing the causal mask; its config say
 two trainings that look alike on disk: bd3lm (block-causal, blocks of 32, the prompt left-padded to
 a block boundary so blocks start where the answer does) and mdlm (full attention); only the
 name tells them apart (facts.named_block). Logits are read at the same position; the mask is
-<|mask|>, found in the tokenizer. Here the config is mapped onto Qwen2Config / Qwen3Config and
-run through decoder.DecoderDenoiser. Knows nothing about sampling, files or the terminal.
+<|mask|>, found in the tokenizer. A bd3lm release on Qwen2.5 runs on dcode.models.native (its
+forward is Qwen2ForCausalLM's, and its output head runs only where the sampler reads); the others
+map the config onto Qwen2Config / Qwen3Config and run through decoder.DecoderDenoiser. Knows
+nothing about sampling, files or the terminal.
 
 Sources (read to understand, nothing copied), ZHZisZZ/dllm at ca176752 (its latest stored commit):
 dllm/pipelines/a2d (convert.py, models/qwen{2,3}/modeling_qwen{2,3}.py: A2DQwen{2,3}LMHeadModel on
@@ -32,13 +34,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts
+from dcode.models.checkpoint import read_headers
+from dcode.models.facts import ONE_TOKEN_PER_PASS, QWEN_TURN, THRESHOLD_LOW, FamilyFacts, named_block
 from dcode.models.family import Entry, Family
 
 if TYPE_CHECKING:
     import torch
 
-    from dcode.models.decoder import DecoderDenoiser
+    from dcode.models.base import Denoiser
     from dcode.testing.kit import Size
 
 # Logits at the same position (right_shift_logits False), <|mask|> added to the tokenizer,
@@ -77,13 +80,29 @@ CATALOGUE = (
 )  # fmt: skip
 
 
-def load(folder: Path, device: torch.device, dtype: torch.dtype, name: str, config: dict[str, Any]) -> DecoderDenoiser:
-    """Load a local Tiny-A2D checkpoint folder (safetensors, possibly sharded) as a denoiser."""
-    from dcode.models.decoder import build, qwen_model
+def load(
+    folder: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    name: str,
+    config: dict[str, Any],
+    *,
+    native_path: bool = True,
+) -> Denoiser:
+    """Load a local Tiny-A2D checkpoint folder (safetensors, possibly sharded) as a denoiser: a
+    block-causal (bd3lm) one on Qwen2.5's layers on dcode.models.native (the same logits as
+    transformers' Qwen2ForCausalLM, the output head only where the sampler reads, no transformers
+    model import), the rest on transformers' classes (native_path=False: those always)."""
+    from dcode.models.families import qwen2
 
     qwen3 = str(config.get("model_type", "")).lower() == "a2d-qwen3" or "A2DQwen3LMHeadModel" in (
         config.get("architectures") or []
     )
+    if native_path and not qwen3 and named_block(FACTS, folder, name) is not None and qwen2.plain_layers(config):
+        read_headers(folder)  # bad or truncated files: one-line errors first
+        return qwen2.load_native(folder, config, device, dtype, name, FAMILY, plain=False)
+    from dcode.models.decoder import build, qwen_model
+
     model_class, model_config = qwen_model(config, folder, qwen3=qwen3)
     return build(folder, config, model_class, model_config, device, dtype, name=name, family="a2d")
 

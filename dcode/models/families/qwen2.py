@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dcode.models.native import NativeDenoiser
     from dcode.testing.kit import Size
 
-__all__ = ["FAMILY", "block_of", "load", "native_fits"]
+__all__ = ["FAMILY", "block_of", "load", "load_native", "native_fits", "plain_layers"]
 
 # Qwen2 plus the diffusion keys dcode writes in config.json: the attention block, mask_token_id,
 # shifted_logits (default true), dcode_prompt and dcode_defaults.
@@ -50,12 +50,16 @@ def block_of(config: Mapping[str, Any]) -> int | None:
 def native_fits(config: Mapping[str, Any]) -> bool:
     """Whether dcode.models.native computes exactly what transformers' Qwen2ForCausalLM would for
     this config: Qwen2 layers, block-causal attention, SwiGLU, default RoPE, no sliding window."""
+    return config.get("model_type") == "qwen2" and block_of(config) is not None and plain_layers(config)
+
+
+def plain_layers(config: Mapping[str, Any]) -> bool:
+    """Whether the config's Qwen2 layers are the ones dcode.models.native runs: SwiGLU, default
+    RoPE, no sliding window (the attention block is the caller's to check)."""
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     layer_types = config.get("layer_types") or []
     return (
-        config.get("model_type") == "qwen2"
-        and block_of(config) is not None
-        and config.get("hidden_act", "silu") == "silu"
+        config.get("hidden_act", "silu") == "silu"
         and isinstance(rope, Mapping)
         and rope.get("rope_type", rope.get("type", "default")) == "default"
         and not config.get("use_sliding_window", False)
@@ -90,19 +94,26 @@ def load(
 
 
 def load_native(
-    folder: Path, config: Mapping[str, Any], device: torch.device, dtype: torch.dtype, name: str
+    folder: Path,
+    config: Mapping[str, Any],
+    device: torch.device,
+    dtype: torch.dtype,
+    name: str,
+    family: Family | None = None,
+    plain: bool = True,
 ) -> NativeDenoiser:
-    """The checkpoint on dcode.models.native; its tokenizer read by `tokenizers` alone when plain."""
+    """The checkpoint on dcode.models.native, stating `family`'s facts (this module's unless
+    given); its tokenizer read by `tokenizers` alone when plain (plain=False: transformers' always)."""
     from dcode.models import native, plain_tokenizer
 
     plain_tokenizer.require_tokenizer(folder)
-    if plain_tokenizer.fits(folder):
+    if plain and plain_tokenizer.fits(folder):
         tokenizer: Any = plain_tokenizer.PlainTokenizer(folder)
     else:
         from dcode.models.decoder import load_tokenizer
 
         tokenizer = load_tokenizer(folder)
-    facts = FAMILY.state(folder, config, tokenizer, name)
+    facts = (family or FAMILY).state(folder, config, tokenizer, name)
     return native.NativeDenoiser(native.load_weights(folder, config, device, dtype), tokenizer, facts)
 
 
