@@ -220,16 +220,18 @@ def engine_tokenizer(tokenizer: Any, vocab: int, ends: list[int]) -> LLTokenizer
 
 class GrammarConstraint:
     """A grammar over a model's tokens, for one denoise() call (dcode.constrained.Constraint): the
-    answer's committed prefix, fed left to right. vocab: the width of the model's logits; ends:
-    the ids that end the answer (EOS and padding), allowed where the grammar may stop."""
+    answer's committed prefix, fed left to right. vocab: at least this many ids (the model's
+    logits may be wider than its tokenizer; dcode.constrained.mask_logits fits the mask to them);
+    ends: the ids that end the answer (EOS and padding), allowed where the grammar may stop."""
 
     def __init__(self, grammar: Grammar, tokenizer: Any, vocab: int, ends: list[int]) -> None:
         from llguidance import LLMatcher
 
         self.grammar = grammar
-        self.vocab = vocab
+        self.kind = grammar.kind
         self.ends = sorted(set(ends))
         self.engine = engine_tokenizer(tokenizer, vocab, self.ends)
+        self.vocab = self.engine.vocab_size
         self.matcher: LLMatcher = LLMatcher(self.engine, grammar.engine_text(), log_level=0, limits=limits())
         if self.matcher.is_error():
             raise GrammarError(f"the {grammar.named} cannot be enforced: {clean(self.matcher.get_error())}")
