@@ -30,12 +30,13 @@ MAX_DEPTH = 64  # nesting of a JSON Schema's objects and arrays: deeper is refus
 # token is refused at once (GrammarError) rather than slowing every pass
 GRAMMAR_SIZE, LEXER_FUEL, STEP_FUEL = 200_000, 1_000_000, 200_000
 # Closing: once the room left in the answer is barely what closing what is open takes (to_close:
-# forced tokens, and at each step the first closing token the grammar allows: an end, then `"`,
-# `]`, `}`, then `,`), the frontier prefers those tokens, so a weak model's endless string still
-# ends in a document that parses (measured on dcode-tiny: docs/benchmarks/structured/)
+# forced tokens, and at each step the first closing token the grammar allows), the frontier prefers
+# closing tokens: an end; then in free text (a string: most tokens allowed) a `"` that closes it,
+# elsewhere a `]` or `}`; then `,`. So a weak model's endless string still ends in a document that
+# parses (measured on dcode-tiny: docs/benchmarks/structured/)
 CLOSE_WATCH = 96  # room left from which to_close is measured, each pass (a mask per token it counts)
 CLOSE_MARGIN = 4  # tokens kept spare: the model's closing tokens may be other than to_close's
-CLOSERS = (b'"]}', b'"]},')  # the bytes of a closing token, by preference (whitespace aside)
+FREE_TEXT = 64  # more tokens allowed than this: inside a string (structural places allow a handful)
 
 
 class GrammarError(ValueError):
@@ -273,27 +274,44 @@ def bitmask(matcher: LLMatcher, vocab: int) -> torch.Tensor:
     return bits.flatten()[:vocab].bool()
 
 
-_CLASSES: dict[tuple[int, int], list[torch.Tensor]] = {}
+_CLASSES: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
 
 
-def closing_classes(engine: LLTokenizer, vocab: int, ends: list[int]) -> list[torch.Tensor]:
-    """(V,) bool masks of the tokens that close, by preference: the end ids, then the tokens made
-    only of CLOSERS[0]'s bytes, then of CLOSERS[1]'s (whitespace aside). Cached per tokenizer."""
+CLASSES = {  # the closing classes: which bytes a token is made of (whitespace aside)
+    "end": None,  # the end ids
+    "quote": lambda text: text.startswith(b'"') and not text.strip(b'"]}'),  # `"`, `"}`, `"]}`
+    "bracket": lambda text: not text.strip(b"]}"),
+    "closer": lambda text: not text.strip(b'"]}'),
+    "comma": lambda text: not text.strip(b'"]},'),
+}
+ORDERS = {"free": ("end", "quote", "bracket", "comma"), "structure": ("end", "bracket", "closer", "comma")}
+
+
+def closing_classes(engine: LLTokenizer, vocab: int, ends: list[int]) -> dict[str, torch.Tensor]:
+    """(V,) bool masks of CLASSES's tokens (special tokens in none but the ends). Cached per tokenizer."""
     import torch
 
     key = (id(engine), vocab)
     if key not in _CLASSES:
-        classes = [torch.zeros(vocab, dtype=torch.bool) for _ in range(1 + len(CLOSERS))]
-        classes[0][ends] = True
+        classes = {name: torch.zeros(vocab, dtype=torch.bool) for name in CLASSES}
+        classes["end"][ends] = True
         for token in range(engine.vocab_size):
             text = engine.decode_bytes([token]).strip()
             if text and not engine.is_special_token(token):
-                for rank, allowed in enumerate(CLOSERS, start=1):
-                    if not text.strip(allowed):
-                        classes[rank][token] = True
-                        break
+                for name, test in CLASSES.items():
+                    classes[name][token] = test is not None and test(text)
         _CLASSES[key] = classes
     return _CLASSES[key]
+
+
+def closers(allowed: torch.Tensor, classes: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The allowed tokens (V,) of the first closing class, in the order for where the grammar is
+    (free text or structure), that it allows; all of `allowed` when it allows none."""
+    for name in ORDERS["free" if int(allowed.sum()) > FREE_TEXT else "structure"]:
+        narrowed = allowed & classes[name]
+        if bool(narrowed.any()):
+            return narrowed
+    return allowed
 
 
 class GrammarConstraint:
@@ -332,7 +350,6 @@ class GrammarConstraint:
     def to_close(self, limit: int) -> int:
         """Tokens it takes to finish the answer from here (up to `limit`): the forced ones, and at
         each step the first token of the first closing class the grammar allows (else its first)."""
-
         fork, steps = self.matcher.deep_copy(), 0
         while steps < limit and not fork.is_accepting() and not fork.is_error():
             forced = fork.compute_ff_tokens()
@@ -341,8 +358,10 @@ class GrammarConstraint:
                 steps += len(forced)
                 continue
             allowed = bitmask(fork, self.vocab)
-            token = next((int(hit[0]) for c in self.classes[1:] if len(hit := (allowed & c).nonzero())), None)
-            fork.consume_token(token if token is not None else int(allowed.nonzero()[0]))
+            allowed[self.ends] = False
+            if not bool(allowed.any()):
+                break
+            fork.consume_token(int(closers(allowed, self.classes).nonzero()[0]))
             steps += 1
         return steps + 1 + (0 if fork.is_accepting() else limit)  # and the end token
 
@@ -350,18 +369,15 @@ class GrammarConstraint:
         """(V,) bool: the tokens the grammar allows next (the end ids where it may stop); with
         `room` positions left and closing(room), only those of the first closing class it allows."""
         out = self.grammar_mask()
-        if room is not None and self.closing(room):
-            for members in self.classes:
-                narrowed = out & members
-                if bool(narrowed.any()):
-                    return narrowed
-        return out
+        return closers(out, self.classes) if room is not None and self.closing(room) else out
 
     def grammar_mask(self) -> torch.Tensor:
         import torch
 
         self.masks += 1
-        if self.ended or self.matcher.is_error():
+        if self.matcher.is_error():  # a bug, not a bad answer: said, never a pass that commits nothing
+            raise RuntimeError(f"the grammar engine failed: {clean(self.matcher.get_error())}")
+        if self.ended:
             out = torch.zeros(self.vocab, dtype=torch.bool)
             out[self.ends] = True
             return out
@@ -383,8 +399,8 @@ class GrammarConstraint:
                 if not self.matcher.is_accepting():
                     break
                 self.ended = True
-            elif not self.matcher.try_consume_tokens([token]):
-                break
+            elif not 0 <= token < self.engine.vocab_size or not self.matcher.try_consume_tokens([token]):
+                break  # (an id past the tokenizer's, from a wider output head, would be an engine error)
             taken += 1
         return taken
 
