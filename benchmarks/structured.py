@@ -19,7 +19,6 @@ Prints numbers (a benchmark, not a timed test) and writes them as JSON under --o
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -115,8 +114,18 @@ def greedy(vocab: list[bytes], text: bytes) -> list[int]:
     return ids
 
 
-def timings(compile_s: float, masks: list[float], steps: list[float]) -> dict[str, float]:
-    """Compile milliseconds, and the median mask and advance (and the slowest mask) in microseconds."""
+def stepped(compile_s: float, ids: list[int], mask: Any, advance: Any) -> dict[str, float]:
+    """An engine's timings over a valid document `ids`: mask() then advance(token) per token
+    (advance says whether the engine took it): compile milliseconds, and the median mask and
+    advance (and the slowest mask) in microseconds."""
+    masks, steps = [], []
+    for token in ids:
+        t0 = time.perf_counter()
+        mask()
+        t1 = time.perf_counter()
+        assert advance(token), f"the engine refused token {token} of a valid document"
+        masks.append(t1 - t0)
+        steps.append(time.perf_counter() - t1)
     median = statistics.median
     return {"compile_ms": compile_s * 1e3, "mask_us": median(masks) * 1e6, "advance_us": median(steps) * 1e6,
             "mask_max_us": max(masks) * 1e6}  # fmt: skip
@@ -136,15 +145,7 @@ def time_llguidance(vocab: list[bytes], end: int, schema: dict[str, Any], ids: l
     grammar = LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
     matcher = LLMatcher(tokenizer, grammar, log_level=0)
     compile_s = time.perf_counter() - began
-    masks, steps = [], []
-    for token in ids:
-        t0 = time.perf_counter()
-        matcher.compute_bitmask()
-        t1 = time.perf_counter()
-        assert matcher.consume_token(token), matcher.get_error()
-        masks.append(t1 - t0)
-        steps.append(time.perf_counter() - t1)
-    return timings(compile_s, masks, steps)
+    return stepped(compile_s, ids, matcher.compute_bitmask, matcher.consume_token)
 
 
 def time_xgrammar(vocab: list[bytes], end: int, schema: dict[str, Any], ids: list[int]) -> dict[str, float]:
@@ -158,15 +159,7 @@ def time_xgrammar(vocab: list[bytes], end: int, schema: dict[str, Any], ids: lis
     matcher = xgrammar.GrammarMatcher(compiled)
     compile_s = time.perf_counter() - began
     bitmask = xgrammar.allocate_token_bitmask(1, len(vocab))
-    masks, steps = [], []
-    for token in ids:
-        t0 = time.perf_counter()
-        matcher.fill_next_token_bitmask(bitmask)
-        t1 = time.perf_counter()
-        assert matcher.accept_token(token)
-        masks.append(t1 - t0)
-        steps.append(time.perf_counter() - t1)
-    return timings(compile_s, masks, steps)
+    return stepped(compile_s, ids, lambda: matcher.fill_next_token_bitmask(bitmask), matcher.accept_token)
 
 
 def time_outlines(vocab: list[bytes], end: int, schema: dict[str, Any], ids: list[int]) -> dict[str, float]:
@@ -181,15 +174,7 @@ def time_outlines(vocab: list[bytes], end: int, schema: dict[str, Any], ids: lis
     index = Index(build_regex_from_schema(json.dumps(schema)), Vocabulary(end, table))
     guide = Guide(index)
     compile_s = time.perf_counter() - began
-    masks, steps = [], []
-    for token in ids:
-        t0 = time.perf_counter()
-        guide.get_tokens()
-        t1 = time.perf_counter()
-        guide.advance(token)
-        masks.append(t1 - t0)
-        steps.append(time.perf_counter() - t1)
-    return timings(compile_s, masks, steps)
+    return stepped(compile_s, ids, guide.get_tokens, lambda token: guide.advance(token) is not None)
 
 
 ENGINES = {"llguidance": time_llguidance, "xgrammar": time_xgrammar, "outlines-core": time_outlines}
@@ -225,11 +210,6 @@ def engines(repeats: int) -> dict[str, object]:
 
 # ---------------------------------------------------------------------------------------------
 # prompts
-
-
-def weights_hash() -> str:
-    digest = hashlib.sha256((ROOT / "dcode" / "assets" / "dcode-tiny" / "model.safetensors").read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def run_one(model: Any, config: Any, request: str, length: int, grammar: Any) -> dict[str, Any]:
@@ -282,7 +262,6 @@ def prompts(limit: int, length: int, rules: list[str]) -> dict[str, object]:
     schema = json.loads(grammar.source)
     return {
         "model": "dcode-tiny",
-        "weights_sha256": weights_hash(),
         "length": length,
         "schema": schema,
         "rows": results,
@@ -298,13 +277,11 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128, help="prompts: the answer canvas in tokens")
     parser.add_argument("--rules", default="default", help="prompts: comma-separated rules (default: the model's)")
     args = parser.parse_args()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())  # fmt: skip
-    report: dict[str, object] = {
-        "command": " ".join(["python", "benchmarks/structured.py", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-    }  # fmt: skip
+    from dcode.bench import provenance
+
+    command = " ".join(["python", "benchmarks/structured.py", *sys.argv[1:]])
+    report: dict[str, object] = provenance(command, ROOT / "dcode" / "assets" / "dcode-tiny")
+    report |= {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     if "engines" in args.parts:
         report["engines"] = engines(args.repeats)
     if "prompts" in args.parts:
