@@ -65,7 +65,7 @@ def public_prompts() -> list[dict[str, str]]:
 
 def tiny_vocabulary() -> tuple[list[bytes], int]:
     """dcode-tiny's tokens as bytes, and its end id."""
-    from dcode.constrain import engine_tokenizer
+    from dcode.grammar_tokens import engine_tokenizer
     from dcode.models.plain_tokenizer import PlainTokenizer
 
     tokenizer = PlainTokenizer(ROOT / "dcode" / "assets" / "dcode-tiny")

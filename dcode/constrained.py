@@ -1,4 +1,4 @@
-"""Constrained commits, for dcode.passes: a grammar (dcode.constrain.GrammarConstraint, or any
+"""Constrained commits, for dcode.passes: a grammar (dcode.grammar_tokens.GrammarConstraint, or any
 object with the Constraint protocol) decides which of a pass's proposals the sampler may commit.
 
 Grammar engines mask the *next* token of a left-to-right prefix; a diffusion pass proposes tokens
@@ -23,7 +23,7 @@ import torch
 
 
 class Constraint(Protocol):
-    """A grammar fed the committed answer left to right (dcode.constrain.GrammarConstraint)."""
+    """A grammar fed the committed answer left to right (dcode.grammar_tokens.GrammarConstraint)."""
 
     def allowed(self, room: int | None = None) -> torch.Tensor:
         """(V,) bool: the tokens allowed next (end ids only where the grammar may stop); with

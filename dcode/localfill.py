@@ -32,7 +32,8 @@ from dcode.syntax import Issue, normalize_language
 from dcode.window import Window, choose, narrower
 
 if TYPE_CHECKING:
-    from dcode.constrain import Grammar, GrammarConstraint
+    from dcode.constrain import Grammar
+    from dcode.grammar_tokens import GrammarConstraint
 
 
 def template(name: str) -> str:
@@ -255,7 +256,7 @@ class LocalFiller:
             return None
         if self.suffix:
             raise InputError("a grammar constrains a whole answer, not a middle before a suffix")
-        from dcode.constrain import GrammarConstraint
+        from dcode.grammar_tokens import GrammarConstraint
 
         facts = self.denoiser.facts
         return GrammarConstraint(self.grammar, self.denoiser.tokenizer, 0, sorted(facts.eos_ids | {facts.pad_id}))

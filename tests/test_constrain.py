@@ -23,9 +23,10 @@ from test_families import SIZE
 
 from dcode import flows, models
 from dcode.config import SamplerConfig
-from dcode.constrain import Grammar, GrammarConstraint, GrammarError, schema_file, validate
+from dcode.constrain import Grammar, GrammarError, schema_file, validate
 from dcode.constrained import constrained_pick, mask_logits
 from dcode.events import Finished
+from dcode.grammar_tokens import GrammarConstraint
 from dcode.localfill import LocalFiller, masked, prompt_ids
 from dcode.remote import Endpoint, fill
 from dcode.remote.filler import EndpointFiller
