@@ -22,6 +22,7 @@ from test_endpoint import Reply, Seen, chat_chunk, dcode, error, replay, sse_chu
 from test_families import SIZE
 
 from dcode import flows, models
+from dcode.cli.loading import with_family_defaults
 from dcode.config import SamplerConfig
 from dcode.constrain import Grammar, GrammarError, schema_file, validate
 from dcode.constrained import constrained_pick, mask_logits
@@ -259,12 +260,13 @@ def test_other_families_answer_valid_json(writer: str, noise: str, tmp_path: Pat
     tiny.write(writer, tmp_path / writer, SIZE, seed=7)
     model = models.load(str(tmp_path / writer))
     assert model.facts.noise == noise
+    own = with_family_defaults(SamplerConfig(), model, frozenset(), None)  # the family's decoding, as the CLI runs it
+    configs = [SamplerConfig(rule="threshold"), SamplerConfig(rule="schedule", steps=6), own]
     for schema in (PERSON, ITEMS):
         grammar = Grammar.json_schema(schema)
-        for rule in ("threshold", "schedule"):
-            done = generate(model, grammar, SamplerConfig(rule=rule, steps=6), length=48)  # type: ignore[arg-type]
-            assert validate(grammar, done.code) or done.extra["grammar"] == "incomplete", done.code
-            assert done.extra["grammar"] == "complete", (rule, done.code)
+        for config in configs:
+            done = generate(model, grammar, config, length=48)
+            assert validate(grammar, done.code) and done.extra["grammar"] == "complete", (config, done.code)
 
 
 # ---------------------------------------------------------------------------------------------
