@@ -119,6 +119,12 @@ def row_masks(constraint: Constraint, drafted: torch.Tensor, rows: int, room: in
     return masks + [None] * (rows - len(masks))
 
 
+def valid_drafts(constraint: Constraint, drafted: torch.Tensor) -> torch.Tensor:
+    """The leading drafts (k,) the grammar accepts in order: a row fed a draft it refuses could
+    confirm nothing, so it is not fed (the verify rule's answer never depends on its drafts)."""
+    return drafted[: constraint.fork().accept(drafted.tolist())]
+
+
 def masked_rows(firsts: list[torch.Tensor], masks: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """The verify rows' candidate logits (1, V) each, masked where row_masks gave a mask."""
     pairs = zip(firsts, masks, strict=True)

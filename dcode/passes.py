@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from dcode.config import SamplerConfig
-from dcode.constrained import Constraint, constrained_pick, consume_commit, frontier_rows, masked_rows, row_masks
+from dcode.constrained import (
+    Constraint,
+    constrained_pick,
+    consume_commit,
+    frontier_rows,
+    masked_rows,
+    row_masks,
+    valid_drafts,
+)
 from dcode.forward import Pass, Readout
 from dcode.rules import (
     SCORES,
@@ -220,6 +228,8 @@ def verify_rows(
     if drafts.tokens is not None:
         config = choosing.config
         drafted = checked_drafts(drafts.tokens[open_offsets[:-1]], config.draft, choosing.mask_id, choosing.ends)
+        if choosing.constraint is not None:
+            drafted = valid_drafts(choosing.constraint, drafted)
     rows = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
     reach = min(e + size, len(canvas)) if len(drafted) == len(open_offsets) - 1 else e
     return drafted, rows, reach
