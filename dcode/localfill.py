@@ -15,6 +15,7 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -29,6 +30,10 @@ from dcode.sampler import denoise, trim_answer
 from dcode.spans import Origin
 from dcode.syntax import Issue, normalize_language
 from dcode.window import Window, choose, narrower
+
+if TYPE_CHECKING:
+    from dcode.constrain import Grammar
+    from dcode.grammar_tokens import GrammarConstraint
 
 
 def template(name: str) -> str:
@@ -183,7 +188,9 @@ class LocalFiller:
     `prompt` (token ids) replaces the request's template when given (a served conversation, tests,
     benchmarks); `suffix` (token ids) follows a draft's masks (a server's fill in the middle: the
     answer is a middle, end tokens dropped wherever they are); a draft's first `least` answer
-    positions hold no end token (a server's min_tokens or ignore_eos)."""
+    positions hold no end token (a server's min_tokens or ignore_eos); `grammar`: what a draft's
+    answer follows (dcode.constrain: its commits are constrained, so it parses by construction and
+    is not repaired; Draft.extra["grammar"] says whether it completed or ran out of room)."""
 
     denoiser: Denoiser
     config: SamplerConfig
@@ -191,6 +198,7 @@ class LocalFiller:
     suffix: list[int] = field(default_factory=list)
     unit: Unit = "pass"
     least: int = 0
+    grammar: Grammar | None = None
     _prompts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     @property
@@ -223,18 +231,35 @@ class LocalFiller:
         ids = self.prompt_for(request, language)
         check_length(model, len(ids) + len(self.suffix), length)
         canvas, masks = masked(ids, length, self.suffix, model.facts.mask_id)
+        constraint = self.constraint()
         yield Started((len(ids), len(canvas)), ((len(ids), len(ids) + length),))
         began = time.perf_counter()
         # with a suffix the masks are a middle whose length the model chooses: once it writes an end
         # token the positions after it are padding (config.stop_at_eos), so a short middle takes the
         # passes it needs, not those of `length`
-        last = yield from sampled(denoise(model, canvas, len(ids), self.config, masks=masks, least=self.least))
+        steps = denoise(model, canvas, len(ids), self.config, masks=masks, least=self.least, constraint=constraint)
+        last = yield from sampled(steps)
         kept = answer_ids(model.facts, last.canvas[len(ids) : len(ids) + length].tolist(), middle=bool(self.suffix))
         seconds = time.perf_counter() - began
+        extra: dict[str, object] = {"edits": last.edits}
+        if constraint is not None:
+            extra |= {"grammar": "complete" if constraint.complete else "incomplete", "grammar_kind": constraint.kind}
         return Draft(
             decode(model, kept), len(ids) + len(self.suffix), len(kept), length, last.forward, seconds,
-            extra={"edits": last.edits},
+            extra=extra, checked=constraint is not None,
         )  # fmt: skip
+
+    def constraint(self) -> GrammarConstraint | None:
+        """The draft's grammar over this model's tokens (none without a grammar); a grammar
+        constrains a whole answer, so not a middle before a suffix."""
+        if self.grammar is None:
+            return None
+        if self.suffix:
+            raise InputError("a grammar constrains a whole answer, not a middle before a suffix")
+        from dcode.grammar_tokens import GrammarConstraint
+
+        facts = self.denoiser.facts
+        return GrammarConstraint(self.grammar, self.denoiser.tokenizer, 0, sorted(facts.eos_ids | {facts.pad_id}))
 
     def region(
         self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str

@@ -13,6 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from dcode.config import SamplerConfig
+from dcode.constrained import (
+    Constraint,
+    constrained_pick,
+    consume_commit,
+    frontier_rows,
+    masked_rows,
+    row_masks,
+    valid_drafts,
+)
 from dcode.forward import Pass, Readout
 from dcode.rules import (
     SCORES,
@@ -60,6 +69,7 @@ class Choosing:
     ends_from: int  # no end id is written before this position (vLLM's min_tokens, ignore_eos)
     dtype: torch.dtype  # the canvas's (drafts are written into it)
     device: torch.device
+    constraint: Constraint | None = None  # a grammar the committed answer follows (dcode.constrained)
 
 
 @dataclass(frozen=True)
@@ -108,15 +118,41 @@ def commit_rule_pass(
     then the commit rule's pick: the schedule's count of the best (`counts`, one a pass: LLaDA's
     schedule), those at least as probable as the threshold (Fast-dLLM), those within the entropy
     bound (EB-sampler); or all of them, greedily, on the block's last allowed pass or once its
-    argmax is stable and confident (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated)."""
+    argmax is stable and confident (DiffusionGemma; `stable`, the last pass's argmax (e-s,), comes back updated).
+    Under a grammar (choosing.constraint), only the run from the frontier it accepts (dcode.constrained)."""
     config, gen, offsets = choosing.config, choosing.gen, now.open_offsets
     (s, e), whole = now.block, config.stop_entropy > 0  # the early stop reads the whole block
     read = torch.arange(e - s, device=offsets.device) if whole else offsets
     block_logits = readout(torch.zeros_like(read), read)  # (e-s, V) or (n, V)
     chosen_logits = block_logits[offsets] if whole else block_logits
     candidates = candidate_logits(chosen_logits, now.rows[0], is_open, now.block, choosing, offsets + s)  # (n, V)
+    constraint = choosing.constraint
+    room = int(is_open.sum())  # the answer's open positions: a grammar short of room closes
+    forced = None if constraint is None else frontier_rows(constraint, candidates, room)  # (f,), frontier masked
     tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
     scores = SCORES[config.ordering](probs, tokens, gen)
+    commit, stable = rule_pick(block_logits, candidates, tokens, probs, scores, now, counts, stable, choosing)
+    if constraint is not None and forced is not None:
+        closing = constraint.closing(room - len(forced))
+        picked, tokens = constrained_pick(constraint, forced, commit.tokens, commit.picked, closing)
+        commit = Commit(picked, tokens, scores)
+    return commit, stable
+
+
+def rule_pick(
+    block_logits: torch.Tensor,
+    candidates: torch.Tensor,
+    tokens: torch.Tensor,
+    probs: torch.Tensor,
+    scores: torch.Tensor,
+    now: Pass,
+    counts: list[int],
+    stable: torch.Tensor | None,
+    choosing: Choosing,
+) -> tuple[Commit, torch.Tensor | None]:
+    """The commit rule's pick of a pass's choices tokens (n,) (their distributions probs (n, V),
+    scores (n,)): see commit_rule_pass."""
+    config, offsets, whole = choosing.config, now.open_offsets, choosing.config.stop_entropy > 0
     settled = False
     if whole:
         settled, stable = stable_and_confident(
@@ -192,6 +228,8 @@ def verify_rows(
     if drafts.tokens is not None:
         config = choosing.config
         drafted = checked_drafts(drafts.tokens[open_offsets[:-1]], config.draft, choosing.mask_id, choosing.ends)
+        if choosing.constraint is not None:
+            drafted = valid_drafts(choosing.constraint, drafted)
     rows = draft_rows(canvas, open_offsets[: len(drafted)] + s, drafted)  # (k+1, L)
     reach = min(e + size, len(canvas)) if len(drafted) == len(open_offsets) - 1 else e
     return drafted, rows, reach
@@ -268,6 +306,8 @@ def verify_pass(
         candidate_logits(heads[r : r + 1], rows[r], written(is_open, offsets[:r] + s), now.block, choosing, at)
         for r, at in enumerate((offsets[: len(rows)] + s)[:, None])
     ]  # (1, V) each
+    if choosing.constraint is not None:  # row r chooses what the grammar allows after the drafts before it
+        firsts = masked_rows(firsts, row_masks(choosing.constraint, drafted, len(rows), int(is_open.sum())))
     choices, probs = choose_tokens(
         torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
     )
@@ -276,6 +316,8 @@ def verify_pass(
     take = torch.arange(confirmed if ended else confirmed + 1, device=rows.device)
     tokens = torch.cat([drafted[:confirmed], choices[confirmed : confirmed + 1]])
     commit = Commit(take, tokens, chosen_probability(probs, choices))
+    if choosing.constraint is not None:
+        consume_commit(choosing.constraint, tokens[take])
     if not config.draft:  # (--draft 0: no drafts to make)
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
@@ -335,7 +377,7 @@ def choose_pass(
         commit, drafts, next_drafts = verify_pass(readout, now, is_open, drafts, choosing)
     else:
         commit, stable = commit_rule_pass(readout, now, is_open, counts, stable, choosing)
-    editing = config.edit_threshold is not None and config.rule != "verify"
+    editing = config.edit_threshold is not None and config.rule != "verify" and choosing.constraint is None
     edits = edit_pass(readout, now, is_open, made, choosing) if editing else (nothing, nothing)
     return Choice(commit, edits, stable, drafts, next_drafts)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dcode.config import SamplerConfig
+from dcode.constrained import Constraint
 from dcode.events import Step
 from dcode.forward import Forward, Pass, choose_forward
 from dcode.models.base import Denoiser, ModelFacts
@@ -117,6 +118,14 @@ def check_arguments(
         raise ValueError(f"masks must have the canvas's shape {tuple(canvas.shape)}, got {tuple(masks.shape)}")
 
 
+def begin_constrained(constraint: Constraint, is_open: torch.Tensor, start: int) -> None:
+    """A grammar reads the answer left to right from its start: it constrains a whole answer, whose
+    positions to fill run from `start` to the canvas's end (not a middle, nor a repair's spans)."""
+    if not bool(is_open[start:].all()):
+        raise ValueError("a grammar constraint fills a whole answer: every position from the start to the end is open")
+    constraint.begin(len(is_open) - start)
+
+
 def choosing_for(
     model: Denoiser,
     config: SamplerConfig,
@@ -125,6 +134,7 @@ def choosing_for(
     ban: Sequence[int],
     dtype: torch.dtype,
     least: int = 0,
+    constraint: Constraint | None = None,
 ) -> Choosing:
     """What one denoise() call chooses with: the mask id and `ban` never written, and the tokens
     that end the answer (EOS, and padding, which in training only ever follows the end), which
@@ -132,7 +142,7 @@ def choosing_for(
     facts, device = model.facts, model.device
     ends = torch.tensor(sorted(facts.eos_ids | {facts.pad_id}), dtype=dtype, device=device)  # (m,)
     suppressed = torch.tensor([facts.mask_id, *sorted(set(ban))], dtype=torch.long, device=device)  # (k,)
-    return Choosing(config, gen, start, facts.mask_id, suppressed, ends, start + least, dtype, device)
+    return Choosing(config, gen, start, facts.mask_id, suppressed, ends, start + least, dtype, device, constraint)
 
 
 def snapshot(
@@ -195,6 +205,7 @@ def denoise(
     masks: torch.Tensor | None = None,
     ban: Sequence[int] = (),
     least: int = 0,
+    constraint: Constraint | None = None,
 ) -> Iterator[Step]:
     """Fill the positions `masks` marks in canvas[start:] and yield a Step after each forward pass.
 
@@ -203,7 +214,8 @@ def denoise(
     region (repair re-masks spans in the middle); every Step's canvas shows them as facts.mask_id
     until committed. `ban`: token ids never written there (repair's retries ban what the checker
     blamed); `least`: canvas[start : start + least] holds no end or pad token (a server's
-    min_tokens, ignore_eos). Blocks fill left to right, each finished before the next commits
+    min_tokens, ignore_eos); `constraint`: a grammar the answer follows (dcode.constrained: commits
+    only a prefix it accepts; no token editing). Blocks fill left to right, each finished before the next commits
     (with token editing, a filled block may take more passes: edit_pass). A uniform-noise model
     (DiffusionGemma: dcode.forward.UniformNoise) keeps what it committed; its blocks count from
     `start` (its canvases begin where the answer does).
@@ -215,14 +227,16 @@ def denoise(
     gen = torch.Generator().manual_seed(config.seed)  # every random draw, in a fixed order
     origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
     is_open = to_fill(canvas, start, masks, facts.mask_id)  # (L,)
+    if constraint is not None:
+        begin_constrained(constraint, is_open, start)
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
     run = Run(
         facts, config, canvas, start, is_open, size, int(is_open[start:].sum()),
         choose_forward(model, config, gen, origin),  # exact cache, window cache, full canvas or uniform noise
-        choosing_for(model, config, gen, start, ban, canvas.dtype, least),
+        choosing_for(model, config, gen, start, ban, canvas.dtype, least, constraint),
         is_open.clone(),
-        config.edit_passes if config.edit_threshold is not None and config.rule != "verify" else 0,
+        config.edit_passes if config.edit_threshold is not None and config.rule != "verify" and not constraint else 0,
     )  # fmt: skip
     for block in block_spans(start, length, size, aligned):
         if int(is_open[block[0] : block[1]].sum()):
