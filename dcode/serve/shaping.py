@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dcode.constrain import Grammar, GrammarError
+from dcode.constrain import MAX_SOURCE, Grammar, GrammarError
 from dcode.serve.settings import SettingError, json_type
 
 Format = Literal["text", "json_object", "json_schema"]
@@ -90,6 +90,39 @@ def _name(value: Any, param: str) -> str:
     return value
 
 
+# keywords whose value is a schema, a list of schemas, or a map of names to schemas
+ONE_SCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "additionalProperties")
+SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")
+SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+OPEN_ENDED = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def closed(schema: Any, member: bool = False) -> Any:
+    """The schema with every object that lists its `properties` and says nothing of others closed
+    to them (`additionalProperties: false`), as xgrammar's strict mode does under vLLM: a weak model
+    cannot wander into invented keys until it runs out of room, and an answer valid under the
+    closed schema is valid under the original. `allOf` members stay open (closing each would
+    refuse the others' keys).
+    Example: closed({"properties": {}}) -> {"properties": {}, "additionalProperties": False}."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in ONE_SCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key] = closed(out[key])
+    for key in SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s) for s in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [closed(s, member=True) for s in out["allOf"]]
+    for key in SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(s) for name, s in out[key].items()}
+    if isinstance(out.get("properties"), dict) and not member and not any(k in out for k in OPEN_ENDED):
+        out["additionalProperties"] = False
+    return out
+
+
 def checked(grammar: Grammar, param: str) -> Grammar:
     """The grammar, or a 400 naming `param` when the engine cannot enforce it."""
     try:
@@ -100,8 +133,13 @@ def checked(grammar: Grammar, param: str) -> Grammar:
 
 
 def schema_grammar(schema: Any, param: str) -> Grammar:
+    """The grammar of a JSON Schema a request gives, enforced closed(); one too large for the
+    engine is refused before the (slower) meta-schema check."""
+    size = len(json.dumps(schema))
+    if size > MAX_SOURCE:
+        raise bad(param, f"cannot be used: the schema is {size} characters (at most {MAX_SOURCE})")
     try:
-        return checked(Grammar.json_schema(schema), param)
+        return checked(Grammar.json_schema(closed(schema)), param)
     except GrammarError as error:  # Grammar.json_schema's own refusal (not JSON Schema, too deep)
         raise bad(param, f"cannot be used: {error}") from None
 
@@ -206,7 +244,7 @@ def call_schema(tool: Tool) -> dict[str, Any]:
     """One call's JSON: {"name": the tool's, "arguments": its parameters' schema}, in Qwen's layout."""
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+        "properties": {"name": {"const": tool.name}, "arguments": closed(tool.parameters)},
         "required": ["name", "arguments"],
         "additionalProperties": False,
         "x-guidance": CALL_STYLE,
