@@ -11,6 +11,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -22,7 +26,7 @@ pytest.importorskip("uvicorn")
 
 import test_serve  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
-from test_serve import CHAT, KEY, Served, post, sse_data  # noqa: E402
+from test_serve import CHAT, KEY, ROOT, Served, post, sse_data  # noqa: E402
 
 from dcode.constrain import Grammar, validate  # noqa: E402
 from dcode.serve import calls, conversation, jobs, shaping, toolchat  # noqa: E402
@@ -440,3 +444,36 @@ def test_auto_lets_the_model_answer_in_text_and_streams_it_as_content(server: Se
     text = "".join(c["delta"].get("content") or "" for c in choices)
     assert text and not text.startswith("<")  # dcode-tiny writes code, not calls
     assert choices[-1]["finish_reason"] in ("stop", "length") and all("tool_calls" not in c["delta"] for c in choices)
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/serving.md's examples run as written (the address and key swapped for the test server's)
+
+
+def doc_examples(language: str) -> list[str]:
+    text = (ROOT / "docs" / "serving.md").read_text()
+    section = text.split("### Structured output and tools")[1].split("\n### ")[0]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2] if block.startswith(language + "\n")]
+
+
+def test_the_docs_examples_run_as_written(server: Served, tmp_path: Path) -> None:
+    swaps = {"http://127.0.0.1:8000": server.url, "unused-without---api-key": KEY}
+    blocks = doc_examples("python")
+    assert len(blocks) == 2
+    printed = []
+    for i, block in enumerate(blocks):
+        for old, new in swaps.items():
+            block = block.replace(old, new)
+        script = tmp_path / f"example{i}.py"
+        script.write_text(block)
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout.strip())
+    weather, call = printed
+    assert weather.startswith("city=") and call.split()[0] == "city_temperature" and call.split()[1] in CITIES
+    (curl,) = doc_examples("sh")
+    curl = curl.replace("\\\n", " ").replace("http://127.0.0.1:8000", server.url)
+    done = subprocess.run(
+        [*shlex.split(curl), "-H", f"Authorization: Bearer {KEY}"], capture_output=True, text=True, timeout=60
+    )
+    assert isinstance(json.loads(json.loads(done.stdout)["choices"][0]["text"]), dict), done.stdout
