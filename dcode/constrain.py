@@ -97,6 +97,17 @@ class Grammar:
     def lark(cls, text: str) -> Grammar:
         return cls("lark", text)
 
+    def response_format(self) -> dict[str, Any] | None:
+        """The grammar as OpenAI's `response_format` (None for a regex or Lark: it has no such field)."""
+        if self.kind == "json_object":
+            return {"type": "json_object"}
+        if self.kind == "json_schema":
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": json.loads(self.source), "strict": True},
+            }
+        return None
+
     def engine_text(self) -> str:
         """The grammar as llguidance takes it (its JSON grammar form)."""
         from llguidance import LLMatcher
@@ -128,6 +139,34 @@ class Grammar:
         return {"json_schema": "JSON Schema", "json_object": "JSON object", "regex": "regex", "lark": "Lark grammar"}[
             self.kind
         ]
+
+
+def schema_file(path: str) -> Grammar:
+    """The JSON Schema in the file at `path`, checked (Grammar.json_schema, then check()); a
+    GrammarError says what is wrong with the file in one line."""
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise GrammarError(f"cannot read it: {getattr(error, 'strerror', None) or error}") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as error:
+        raise GrammarError(f"not JSON: {first_line(str(error))}") from None
+    grammar = Grammar.json_schema(schema)
+    grammar.check()
+    return grammar
+
+
+def ask_for(grammar: Grammar, request: str) -> str:
+    """The request with what the answer must be, for the model to read (the grammar enforces it
+    either way; a model that knows the schema fills it with sense)."""
+    if grammar.kind == "json_schema":
+        return f"{request.rstrip()}\n\nAnswer with JSON only, valid against this JSON Schema:\n{grammar.source}"
+    if grammar.kind == "json_object":
+        return f"{request.rstrip()}\n\nAnswer with one JSON object only."
+    return request
 
 
 def clean(message: str) -> str:

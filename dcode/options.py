@@ -13,7 +13,8 @@ a `replace` of it.
 
 Groups: SAMPLER (the SamplerConfig fields a user sets), REPAIR (the repair pass), MODEL (which
 model, on which device), ENDPOINT (a served model instead: where, the key sent to it, how to read
-its stream), OUTPUT (where the result goes and in what form), VIEW (progress on the terminal),
+its stream), OUTPUT (where the result goes and in what form), STRUCTURE (the grammar a whole
+answer follows: --schema, --json-object), VIEW (progress on the terminal),
 TESTING (the command `fix` and `new --test` run, and the loop's bounds), LOG (the history), and the
 own options of edit (SELECTION), serve (SERVING), bench (BENCH) and models (LISTING).
 """
@@ -247,6 +248,14 @@ JSON = Option("as_json", "--json", "DCODE_JSON", "Print the result and its metad
 OUTPUT: tuple[Option, ...] = (OUTPUT_OPTION, FORCE, LANG, JSON)
 DIFF = Option("diff", "--diff", None, "Print a unified diff; write nothing.", bool, False)  # edit and repair
 
+# A whole answer's shape (dcode.constrain): the sampler commits only what keeps it valid.
+SCHEMA = own(
+    "schema", str, None, "Answer with one JSON document valid against the JSON Schema in this file.",
+    optional=True, shown="none", recorded=True,
+)  # fmt: skip
+JSON_OBJECT = own("json_object", bool, False, "Answer with one JSON object (any keys).", recorded=True)
+STRUCTURE: tuple[Option, ...] = (SCHEMA, JSON_OBJECT)
+
 # The history (dcode log): every writing command records its run unless this is off.
 LOG = Option("log", "--log/--no-log", "DCODE_LOG", "Record this run in the history (dcode log).", bool, True)
 
@@ -294,7 +303,19 @@ SELECTION: tuple[Option, ...] = (
 COUNT = Option("count", "--count", None, "How many of the latest records.", int, 10, min=1, short="-n")
 
 # Each generating command's options after its own parameters, in the order `--help` lists them.
-NEW: tuple[Option, ...] = (LENGTH, *OUTPUT, *MODEL, *ENDPOINT, EFFORT, *SAMPLER, *REPAIR, *VIEW, *TESTING, LOG)
+NEW: tuple[Option, ...] = (
+    LENGTH,
+    *OUTPUT,
+    *STRUCTURE,
+    *MODEL,
+    *ENDPOINT,
+    EFFORT,
+    *SAMPLER,
+    *REPAIR,
+    *VIEW,
+    *TESTING,
+    LOG,
+)
 EDIT: tuple[Option, ...] = (
     *SELECTION, EDIT_LENGTH, DIFF, *OUTPUT, *MODEL, *ENDPOINT, EFFORT, *SAMPLER, *REPAIR, *VIEW, LOG
 )  # fmt: skip
@@ -428,6 +449,7 @@ ALL: tuple[Option, ...] = (
     *ENDPOINT,
     *OUTPUT,
     DIFF,
+    *STRUCTURE,
     LENGTH,
     EDIT_LENGTH,
     EFFORT,

@@ -19,13 +19,16 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import typer
 
 from dcode.config import EFFORTS, SamplerConfig
 from dcode.option import Option
 from dcode.options import SAMPLER, STANDARD, fields_set_by, sampler_settings
+
+if TYPE_CHECKING:
+    from dcode.constrain import Grammar
 
 T = TypeVar("T", covariant=True)  # a Resolved[Selection] is a Resolved[object]
 
@@ -114,6 +117,7 @@ class Resolved(Generic[T]):
     line: str  # the command as a shell line, naming what the user set (a benchmark's provenance)
     subcommand: str | None  # a group's callback: the subcommand about to run
     secrets: tuple[str, ...] = field(default=(), repr=False)  # values of the options marked secret, to redact
+    grammar: Grammar | None = None  # --schema / --json-object: what a whole answer follows (dcode.constrain)
     from_env: frozenset[str] = frozenset()
     flags: Mapping[str, str] = field(default_factory=dict)
 
@@ -185,7 +189,25 @@ def resolve(ctx: typer.Context, options: tuple[Option, ...], own: type[T] | None
         secrets=tuple(str(values[o.name]) for o in options if o.secret and values.get(o.name)),
         from_env=from_env,
         flags=MappingProxyType(flags),
+        grammar=grammar_of(value("schema"), bool(value("json_object", False)), flags),
     )
+
+
+def grammar_of(schema: str | None, json_object: bool, flags: Mapping[str, str]) -> Grammar | None:
+    """The grammar --schema FILE or --json-object asks for (not both); a schema file that cannot be
+    read, is not JSON, or is not a JSON Schema the engine enforces is a usage error naming it."""
+    if schema is None and not json_object:
+        return None
+    from dcode.constrain import Grammar, GrammarError, schema_file
+
+    if schema is not None and json_object:
+        raise OptionError(f"give {flags['schema']} or {flags['json_object']}, not both")
+    if schema is None:
+        return Grammar.json_object()
+    try:
+        return schema_file(schema)
+    except GrammarError as error:
+        raise OptionError(f"{flags['schema']} {schema}: {error}") from None
 
 
 def out_of_bounds(option: Option, value: object) -> str | None:

@@ -23,6 +23,7 @@ from dcode.cli.stdio import view_mode
 from dcode.events import Edited, Finished, Repaired
 
 if TYPE_CHECKING:
+    from dcode.constrain import Grammar
     from dcode.events import Event
     from dcode.filler import Filler
     from dcode.remote.filler import EndpointFiller
@@ -76,19 +77,21 @@ def live(
 
 
 def make_filler(run: Resolved[object]) -> Filler:
-    """The filler the options name: the endpoint, or the local model."""
+    """The filler the options name: the endpoint, or the local model; either with the grammar a
+    whole answer follows (--schema, --json-object)."""
     fills = run.fills
     if isinstance(fills, Remote):
-        return endpoint_filler(fills, run.named)
-    return model_filler(fills)
+        return replace(endpoint_filler(fills, run.named), grammar=run.grammar)
+    return model_filler(fills, run.grammar)
 
 
-def model_filler(local: Local) -> Filler:
+def model_filler(local: Local, grammar: Grammar | None = None) -> Filler:
     """The local model the options name, with its family's defaults under the user's settings."""
     from dcode.localfill import LocalFiller
 
     denoiser = load_model(local.model, local.device, local.dtype, local.quantize)
-    return LocalFiller(denoiser, with_family_defaults(local.sampler, denoiser, local.explicit, local.effort))
+    config = with_family_defaults(local.sampler, denoiser, local.explicit, local.effort)
+    return LocalFiller(denoiser, config, grammar=grammar)
 
 
 def endpoint_filler(remote: Remote, named: Callable[[str], str]) -> EndpointFiller:

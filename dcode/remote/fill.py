@@ -36,7 +36,8 @@ SAMPLING_FIELDS = frozenset({"temperature", "top_p", "seed"})
 ALWAYS_SENT = frozenset({"temperature"})
 # What a request may go on without when a server refuses it by name: the sampling fields and
 # --effort's reasoning_effort (Mercury's, dcode serve's; a strict server knows neither).
-DROPPABLE = SAMPLING_FIELDS | {"reasoning_effort"}
+# And response_format (--schema, --json-object): dcode validates the answer itself.
+DROPPABLE = SAMPLING_FIELDS | {"reasoning_effort", "response_format"}
 INCEPTION_CHAT_MODEL = "mercury-2"
 SYSTEM_NEW = "You write {language} code. Reply with the code only: one whole file, no explanations, no Markdown fences."
 SYSTEM_FILL = (
@@ -153,16 +154,20 @@ def new(
     mode: Mode,
     repair: bool,
     settings: dict[str, Any] | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> Iterator[Drawn | Answer]:
     """A whole file from a request, as a chat completion. Asks for whole texts (`diffusing`), the
     usage chunk and, from a dcode server, its frames and its own repair; a server that refuses
-    those fields (UNKNOWN_FIELDS) is asked again without them."""
+    those fields (UNKNOWN_FIELDS) is asked again without them; `response_format` (OpenAI's), where
+    given, is sent (a server that refuses it by name is asked without it: DROPPABLE)."""
     model = model_of(endpoint)
     messages = [
         {"role": "system", "content": SYSTEM_NEW.format(language=language)},
         {"role": "user", "content": request},
     ]
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True, **sampling.fields()}
+    if response_format is not None:
+        body["response_format"] = response_format
     extended = mode != "append"
     if extended:
         body |= {"diffusing": True, "stream_options": {"include_usage": True}}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
@@ -23,6 +23,9 @@ from dcode.remote.fill import Sampling
 from dcode.remote.streams import Answer, Mode, pieces
 from dcode.spans import Origin, fit_line_span
 from dcode.syntax import Issue
+
+if TYPE_CHECKING:
+    from dcode.constrain import Grammar
 
 
 def fill_budget(old: str, room: int) -> int:
@@ -93,6 +96,7 @@ class EndpointFiller:
     settings: dict[str, Any] = field(default_factory=dict)
     unit: Unit = "chunk"  # "pass" once a dcode server has answered with its own passes
     clock: Clock = field(default_factory=Clock)
+    grammar: Grammar | None = None  # a whole answer's: sent as OpenAI's response_format (dcode.constrain)
 
     @property
     def model(self) -> str:
@@ -111,8 +115,9 @@ class EndpointFiller:
     def draft(self, request: str, language: str, length: int, repair: bool) -> Generator[Event, None, Draft]:
         ask = replace(self.sampling, max_tokens=length)
         yield Started((0, 0), ())
+        shape = None if self.grammar is None else self.grammar.response_format()
         answer = yield from relayed(
-            fill.new(self.endpoint, request, language, ask, self.mode, repair, self.settings), Answer
+            fill.new(self.endpoint, request, language, ask, self.mode, repair, self.settings, shape), Answer
         )
         self.unit = "pass" if answer.kind == "dcode" else "chunk"
         text = answer.text if answer.kind == "dcode" or language == "markdown" else fill.unfence(answer.text)
