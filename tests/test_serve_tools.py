@@ -224,12 +224,13 @@ def test_a_template_without_tools_gets_the_fallback_prompt_and_every_turn(server
     assert f"{CALL_T}\n\n<tool_response>\n25\n</tool_response><|code|>" in text
 
 
-def test_a_template_that_refuses_the_tools_prompt_is_a_400_naming_tools(server: Served) -> None:
+def test_a_template_that_refuses_what_a_shape_adds_is_a_400_naming_the_field(server: Served) -> None:
     refusing = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}x"
-    job = jobs.parse("chat", {"messages": ASK, "tools": TOOLS}, "dcode-tiny")
-    with pytest.raises(BadRequest) as refused:
-        conversation.prompt_ids(faked(server, refusing), job.messages, "python", 32, job.shape)
-    assert refused.value.param == "tools" and "System role not supported" in refused.value.message
+    for shaped, param in [({"tools": TOOLS}, "tools"), ({RF: {"type": "json_object"}}, RF)]:
+        job = jobs.parse("chat", {"messages": ASK, **shaped}, "dcode-tiny")
+        with pytest.raises(BadRequest) as refused:
+            conversation.prompt_ids(faked(server, refusing), job.messages, "python", 32, job.shape)
+        assert refused.value.param == param and "System role not supported" in refused.value.message
 
 
 def test_a_tokenizer_the_grammar_engine_cannot_read_is_a_400(server: Served) -> None:
@@ -369,6 +370,19 @@ def test_tool_calls_whole_and_streamed_are_the_same_valid_calls(server: Served) 
     assert len(deltas) > 2  # the arguments came in pieces as they settled
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
     assert all(not (c.choices and c.choices[0].delta.content) for c in chunks)
+
+
+def test_a_diffusing_stream_ends_with_the_calls(server: Served) -> None:
+    """Mercury's whole-canvas stream: the frames, then the calls whole in the last chunk, each
+    with its index (before: no index, which OpenAI's stream deltas always carry)."""
+    body = {"messages": ASK, "tools": [FAHRENHEIT], "tool_choice": "required", "parallel_tool_calls": False}
+    body |= {"max_tokens": 48, "stream": True}
+    chunks = list(sse_data(post(server.url, CHAT, {**body, "diffusing": True}).iter_lines()))
+    last = chunks[-1]["choices"][0]
+    assert last["finish_reason"] == "tool_calls" and chunks[-1]["dcode"]["event"] == "finished"
+    (call,) = last["delta"]["tool_calls"]
+    assert call["index"] == 0 and call["id"].startswith("call_") and call["function"]["name"] == "celsius_to_fahrenheit"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), schema_of("celsius_to_fahrenheit"))
 
 
 def test_langchain_structured_output_and_a_bind_tools_loop(server: Served) -> None:

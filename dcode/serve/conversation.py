@@ -120,7 +120,8 @@ def encoded(model: Denoiser, messages: Sequence[Message], language: str, shape: 
     try:
         text = rendered(model, messages, language, shape)
     except Exception as error:  # a chat template's own refusal (jinja2's errors, raise_exception)
-        param = "tools" if shape is not None and shape.tools else "messages"
+        # a shaped request's template refused what dcode adds for its shape (a system message) or its tools
+        param = "messages" if shape is None or not shape.structured else "tools" if shape.tools else "response_format"
         raise BadRequest(f"the model's chat template refused the messages: {error}", param) from None
     return list(model.tokenizer.encode(text, add_special_tokens=False))
 

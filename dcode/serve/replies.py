@@ -215,7 +215,8 @@ class Reply:
         if not self.job.stream:
             return answer
         if self.job.diffusing:
-            last = self.chunk(text, reason, wire.finished_event(text, metadata), made)
+            indexed = [{"index": i, **call} for i, call in enumerate(made)]  # a stream's calls carry their index
+            last = self.chunk(text, reason, wire.finished_event(text, metadata), indexed)
             return replace(answer, chunks=[last])
         if made:
             deltas = self.calls.deltas(code)
