@@ -372,6 +372,16 @@ def test_tool_calls_whole_and_streamed_are_the_same_valid_calls(server: Served) 
     assert all(not (c.choices and c.choices[0].delta.content) for c in chunks)
 
 
+def test_calls_on_and_on_until_out_of_room_keep_those_completed(server: Served) -> None:
+    """Free to call in parallel, dcode-tiny calls again and again until max_tokens runs out. The
+    answer says "length" and keeps the calls it completed (before: none, and the calls as text)."""
+    body = {"model": "dcode-tiny", "messages": ASK, "tools": [TEMPERATURE], "tool_choice": "required"}
+    answer = server.client().chat.completions.create(**body, max_tokens=48)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.content
+    assert_valid_calls(choice.message.tool_calls)
+
+
 def test_a_diffusing_stream_ends_with_the_calls(server: Served) -> None:
     """Mercury's whole-canvas stream: the frames, then the calls whole in the last chunk, each
     with its index (before: no index, which OpenAI's stream deltas always carry)."""

@@ -199,7 +199,8 @@ class Reply:
 
     def finish(self, done: Finished) -> Answer:
         """The answer: its text, tool calls, finish reason and metadata, and the stream's last chunks.
-        A shaped answer whose grammar did not complete ran out of room: "length", as OpenAI says."""
+        A shaped answer whose grammar did not complete ran out of room: "length", as OpenAI says
+        (a tool-calling one keeps the calls it completed: a weak model may call on and on)."""
         code = self.text_of_answer(done.code)
         text, stopped = cut_at_stop(code, self.stops)
         ended = done.tokens < done.masks or (done.repair is not None and done.repair.rounds > 0)
@@ -207,10 +208,10 @@ class Reply:
         if done.extra.get("grammar") == "incomplete":
             reason = "length"
         metadata = {"model": self.model.facts.name, "language": self.job.language, **done.metadata()}
-        called = self.job.shape.calls and reason != "length" and calls.is_calls(text)
-        made = calls.tool_calls(text, self.calls.ids) if called else []
-        if made:
-            text, reason = "", "tool_calls"
+        called = self.job.shape.calls and calls.is_calls(text)
+        made = calls.tool_calls(text, self.calls.ids) if called else []  # the calls it completed
+        if called:  # out of room, it still says so ("length"), with the calls it completed
+            text, reason = "", "tool_calls" if reason != "length" else reason
         answer = Answer(text, reason, metadata, made)
         if not self.job.stream:
             return answer
@@ -218,7 +219,7 @@ class Reply:
             indexed = [{"index": i, **call} for i, call in enumerate(made)]  # a stream's calls carry their index
             last = self.chunk(text, reason, wire.finished_event(text, metadata), indexed)
             return replace(answer, chunks=[last])
-        if made:
+        if called:
             deltas = self.calls.deltas(code)
             rest = [self.chunk(None, tool_calls=deltas)] if deltas else []
             return replace(answer, chunks=[*rest, self.chunk(None, reason)])
