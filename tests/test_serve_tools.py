@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import pathlib
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -110,7 +110,7 @@ CALL_F = shaping.call_text("celsius_to_fahrenheit", {"celsius": 25})
         ({"tool_choice": {"type": "function", "function": {"name": "celsius_to_fahrenheit"}}}, CALL_F, True),
         ({"parallel_tool_calls": False}, f"{CALL_T}\n{CALL_F}", False),
         ({"parallel_tool_calls": False}, CALL_T, True),
-        ({"response_format": {"type": "json_object"}}, '{"a": 1}', True),  # auto with JSON content
+        ({"response_format": {"type": "json_object"}}, '{"a":1}', True),  # auto with JSON content, compact
         ({"response_format": {"type": "json_object"}}, "It is warm.", False),
     ],
 )
@@ -144,6 +144,24 @@ def test_objects_that_say_nothing_of_other_keys_are_closed_to_them() -> None:
         "$defs": {"d": {"properties": {}, "additionalProperties": True}},  # said: kept
         "additionalProperties": False,
     }
+
+
+class Point(BaseModel):
+    x: int
+
+
+class Path(BaseModel):
+    points: list[Point]
+
+
+def test_a_tools_nested_models_are_enforced_through_their_refs() -> None:
+    """pydantic's schema of a nested model refers to "#/$defs/Point": inside the call's JSON the
+    definitions move to its root, where the refs point (before: an unresolvable ref, a 400)."""
+    body = function(name="draw", parameters=Path.model_json_schema())
+    grammar = shaping.shaped("chat", {**body, "tool_choice": "required"}).grammar
+    assert grammar is not None
+    assert validate(grammar, shaping.call_text("draw", {"points": [{"x": 1}, {"x": 2}]}))
+    assert not validate(grammar, shaping.call_text("draw", {"points": [{"y": 1}]}))
 
 
 def test_tool_choice_none_and_no_tools_have_no_tool_grammar() -> None:
@@ -480,7 +498,7 @@ def doc_examples(language: str) -> list[str]:
     return [block.split("\n", 1)[1] for block in section.split("```")[1::2] if block.startswith(language + "\n")]
 
 
-def test_the_docs_examples_run_as_written(server: Served, tmp_path: Path) -> None:
+def test_the_docs_examples_run_as_written(server: Served, tmp_path: pathlib.Path) -> None:
     swaps = {"http://127.0.0.1:8000": server.url, "unused-without---api-key": KEY}
     blocks = doc_examples("python")
     assert len(blocks) == 2

@@ -154,8 +154,7 @@ def response_format(body: dict[str, Any]) -> tuple[Format, dict[str, Any] | None
     if kind in ("text", "json_object"):
         return kind, None
     if kind != "json_schema":
-        message = f"'response_format.type' must be text, json_object or json_schema, got {kind!r:.80}"
-        raise SettingError(message, "response_format.type")
+        raise bad("response_format.type", f"must be text, json_object or json_schema, got {kind!r:.80}")
     spec = _object(given.get("json_schema"), "response_format.json_schema")
     _name(spec.get("name"), "response_format.json_schema.name")
     strict = spec.get("strict")
@@ -171,19 +170,19 @@ def tools_of(body: dict[str, Any]) -> tuple[Tool, ...]:
     if given is None:
         return ()
     if not isinstance(given, list):
-        raise SettingError(f"'tools' must be a list, got {json_type(given)}", "tools")
+        raise bad("tools", f"must be a list, got {json_type(given)}")
     out: list[Tool] = []
     for i, tool in enumerate(given):
         where = f"tools[{i}]"
         if _object(tool, where).get("type") != "function":
-            raise SettingError(f"'{where}.type' must be 'function', got {tool.get('type')!r:.80}", f"{where}.type")
+            raise bad(f"{where}.type", f"must be 'function', got {tool.get('type')!r:.80}")
         function = _object(tool.get("function"), f"{where}.function")
         name = _name(function.get("name"), f"{where}.function.name")
         if any(t.name == name for t in out):
             raise bad(f"{where}.function.name", f"names {name!r}, which an earlier tool has: a tool name is given once")
         description = function.get("description") or ""
         if not isinstance(description, str):
-            raise SettingError(f"'{where}.function.description' must be a string", f"{where}.function.description")
+            raise bad(f"{where}.function.description", "must be a string")
         parameters = function.get("parameters")
         parameters = NO_ARGUMENTS if parameters is None else _object(parameters, f"{where}.function.parameters")
         schema_grammar(parameters, f"{where}.function.parameters")
@@ -203,26 +202,23 @@ def tool_choice(body: dict[str, Any], tools: Sequence[Tool]) -> str:
         choice = given
     else:
         if _object(given, "tool_choice").get("type") != "function":
-            raise SettingError("'tool_choice.type' must be 'function'", "tool_choice.type")
+            raise bad("tool_choice.type", "must be 'function'")
         choice = _name(_object(given.get("function"), "tool_choice.function").get("name"), "tool_choice.function.name")
         if not any(t.name == choice for t in tools):
             named = ", ".join(t.name for t in tools) or "none"
-            raise SettingError(
-                f"'tool_choice' names the function {choice!r}, which is not in 'tools' ({named})",
-                "tool_choice.function.name",
-            )
+            raise bad("tool_choice.function.name", f"is {choice!r}, which is not in 'tools' ({named})")
     if choice == "required" and not tools:
-        raise SettingError("'tool_choice' is required, but the request has no 'tools'", "tool_choice")
+        raise bad("tool_choice", "is required, but the request has no 'tools'")
     return choice
 
 
 def shaped(kind: str, body: dict[str, Any]) -> Shape:
-    """The Shape a request body asks for, its grammar checked; BadRequest naming the field otherwise.
+    """The Shape a request body asks for, its grammar checked; SettingError naming the field otherwise.
     `tools` are a chat's: a completion that sends them is refused, not answered without them."""
     form, schema = response_format(body)
     if kind != "chat" and any(body.get(name) is not None for name in ("tools", "tool_choice")):
         param = "tools" if body.get("tools") is not None else "tool_choice"
-        raise SettingError(f"'{param}' is a chat field: send it to /v1/chat/completions", param)
+        raise bad(param, "is a chat field: send it to /v1/chat/completions")
     tools = tools_of(body)
     choice = tool_choice(body, tools)
     parallel = body.get("parallel_tool_calls")
@@ -241,23 +237,29 @@ def shaped(kind: str, body: dict[str, Any]) -> Shape:
 
 
 def call_schema(tool: Tool) -> dict[str, Any]:
-    """One call's JSON: {"name": the tool's, "arguments": its parameters' schema}, in Qwen's layout."""
+    """One call's JSON: {"name": the tool's, "arguments": its parameters' schema}, in Qwen's layout.
+    The parameters' definitions move up to the call's root, where their "#/$defs/..." refs
+    (pydantic's, for nested models) now point."""
+    arguments = closed(tool.parameters)
+    defined = {key: arguments.pop(key) for key in ("$defs", "definitions") if key in arguments}
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, "arguments": closed(tool.parameters)},
+        "properties": {"name": {"const": tool.name}, "arguments": arguments},
         "required": ["name", "arguments"],
         "additionalProperties": False,
         "x-guidance": CALL_STYLE,
+        **defined,
     }
 
 
 def content_rule(shape: Shape) -> str:
     """What a text answer (tool_choice auto) may be: the response_format's JSON, or any text that
     does not open with "<" (so the first character tells text from a call)."""
+    compact = {"x-guidance": {"whitespace_flexible": False}}  # as dcode.constrain writes JSON
     if shape.format == "json_schema":
-        return f"content: %json {json.dumps(shape.schema)}"
+        return f"content: %json {json.dumps({**closed(shape.schema), **compact})}"
     if shape.format == "json_object":
-        return 'content: %json {"type": "object"}'
+        return f"content: %json {json.dumps({'type': 'object', **compact})}"
     return "content: TEXT\nTEXT: /[^<](.|\\n)*/"
 
 
@@ -287,7 +289,7 @@ def history_calls(content: str, calls: Any, param: str) -> str:
     """An assistant message's `tool_calls` (OpenAI's: arguments as a JSON string) as the text the
     model would have written for them, after its content: how the conversation shows past calls."""
     if not isinstance(calls, list):
-        raise SettingError(f"'{param}' must be a list, got {json_type(calls)}", param)
+        raise bad(param, f"must be a list, got {json_type(calls)}")
     texts = [content] if content.strip() else []
     for i, call in enumerate(calls):
         function = _object(_object(call, f"{param}[{i}]").get("function"), f"{param}[{i}].function")
