@@ -6,7 +6,9 @@ top_p and the penalties within OpenAI's ranges), the serving world's `ignore_eos
 (vLLM, SGLang, llama.cpp), and dcode's (`diffusing`, and a `dcode` object with `repair`,
 `language` and sampler options by name), their
 JSON types, and text the tokenizer can take (no lone surrogate). Sampler options are read by the
-declarations of dcode.options (dcode.serve.settings): nothing here re-declares one. Unknown
+declarations of dcode.options (dcode.serve.settings): nothing here re-declares one; the answer's
+shape (response_format, tools, tool_choice, parallel_tool_calls, and past tool calls in the
+messages) is dcode.serve.shaping's. Unknown
 top-level fields are ignored, as OpenAI-compatible servers do; an unknown key in the `dcode` object
 is refused. Pure Python: no torch, no web framework; nothing here reaches the model.
 """
