@@ -138,8 +138,9 @@ class Engine:
         from dcode.constrain import GrammarConstraint, GrammarError
 
         facts = self.model.facts
-        try:  # builds (and caches) llguidance's view of the vocabulary: about a second, once
-            GrammarConstraint(grammar, self.model.tokenizer, facts.vocab_size, sorted(facts.eos_ids | {facts.pad_id}))
+        ends = sorted(facts.eos_ids | {facts.pad_id})
+        try:  # as LocalFiller builds it; builds (and caches) llguidance's view of the vocabulary once
+            GrammarConstraint(grammar, self.model.tokenizer, 0, ends)
         except GrammarError as error:
             raise BadRequest(f"'{param}' cannot be enforced with {self.served}: {error}", param) from None
 
