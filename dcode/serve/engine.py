@@ -135,12 +135,10 @@ class Engine:
         param = "tools" if job.shape.calls else "response_format"
         if middle:
             raise BadRequest(f"'{param}' shapes a whole answer: it cannot take a 'suffix'", param)
-        from dcode.constrain import GrammarConstraint, GrammarError
+        from dcode.constrain import GrammarError
 
-        facts = self.model.facts
-        ends = sorted(facts.eos_ids | {facts.pad_id})
-        try:  # as LocalFiller builds it; builds (and caches) llguidance's view of the vocabulary once
-            GrammarConstraint(grammar, self.model.tokenizer, 0, ends)
+        try:  # the draft's own constraint (it caches llguidance's view of the vocabulary: once)
+            LocalFiller(self.model, self.config, grammar=grammar).constraint()
         except GrammarError as error:
             raise BadRequest(f"'{param}' cannot be enforced with {self.served}: {error}", param) from None
 
