@@ -29,6 +29,13 @@ MAX_DEPTH = 64  # nesting of a JSON Schema's objects and arrays: deeper is refus
 # llguidance's own budgets, tighter than its defaults so a grammar that would take seconds per
 # token is refused at once (GrammarError) rather than slowing every pass
 GRAMMAR_SIZE, LEXER_FUEL, STEP_FUEL = 200_000, 1_000_000, 200_000
+# Closing: once the room left in the answer is barely what closing what is open takes (to_close:
+# forced tokens, and at each step the first closing token the grammar allows: an end, then `"`,
+# `]`, `}`, then `,`), the frontier prefers those tokens, so a weak model's endless string still
+# ends in a document that parses (measured on dcode-tiny: docs/benchmarks/structured/)
+CLOSE_WATCH = 96  # room left from which to_close is measured, each pass (a mask per token it counts)
+CLOSE_MARGIN = 4  # tokens kept spare: the model's closing tokens may be other than to_close's
+CLOSERS = (b'"]}', b'"]},')  # the bytes of a closing token, by preference (whitespace aside)
 
 
 class GrammarError(ValueError):
@@ -257,6 +264,38 @@ def engine_tokenizer(tokenizer: Any, vocab: int, ends: list[int]) -> LLTokenizer
     return engine
 
 
+def bitmask(matcher: LLMatcher, vocab: int) -> torch.Tensor:
+    """(V,) bool: llguidance's mask of the tokens allowed next, unpacked from its 32-bit words."""
+    import torch
+
+    words = torch.frombuffer(bytearray(matcher.compute_bitmask()), dtype=torch.int32)  # (ceil(V/32),)
+    bits = (words[:, None] >> torch.arange(32, dtype=torch.int32)) & 1  # (ceil(V/32), 32)
+    return bits.flatten()[:vocab].bool()
+
+
+_CLASSES: dict[tuple[int, int], list[torch.Tensor]] = {}
+
+
+def closing_classes(engine: LLTokenizer, vocab: int, ends: list[int]) -> list[torch.Tensor]:
+    """(V,) bool masks of the tokens that close, by preference: the end ids, then the tokens made
+    only of CLOSERS[0]'s bytes, then of CLOSERS[1]'s (whitespace aside). Cached per tokenizer."""
+    import torch
+
+    key = (id(engine), vocab)
+    if key not in _CLASSES:
+        classes = [torch.zeros(vocab, dtype=torch.bool) for _ in range(1 + len(CLOSERS))]
+        classes[0][ends] = True
+        for token in range(engine.vocab_size):
+            text = engine.decode_bytes([token]).strip()
+            if text and not engine.is_special_token(token):
+                for rank, allowed in enumerate(CLOSERS, start=1):
+                    if not text.strip(allowed):
+                        classes[rank][token] = True
+                        break
+        _CLASSES[key] = classes
+    return _CLASSES[key]
+
+
 class GrammarConstraint:
     """A grammar over a model's tokens, for one denoise() call (dcode.constrained.Constraint): the
     answer's committed prefix, fed left to right. vocab: at least this many ids (the model's
@@ -276,9 +315,49 @@ class GrammarConstraint:
             raise GrammarError(f"the {grammar.named} cannot be enforced: {clean(self.matcher.get_error())}")
         self.ended = False  # an end token was committed
         self.masks = 0  # masks computed (the report's and the benchmark's counter)
+        self.classes = closing_classes(self.engine, self.vocab, self.ends)
+        self.closed = False  # short of room: from now on the frontier closes
+        self.watching = True  # a fork (a verify row's) reads `closed`, measuring nothing
 
-    def allowed(self) -> torch.Tensor:
-        """(V,) bool: the tokens the grammar allows next (the end ids where it may stop)."""
+    def begin(self, room: int) -> None:
+        self.closed = False
+
+    def closing(self, room: int) -> bool:
+        """Whether the answer, with `room` positions left, is short of room: the frontier then
+        closes (for good: the answer is being finished)."""
+        if self.watching and not self.closed and not self.ended and room <= CLOSE_WATCH:
+            self.closed = self.to_close(room) + CLOSE_MARGIN >= room
+        return self.closed
+
+    def to_close(self, limit: int) -> int:
+        """Tokens it takes to finish the answer from here (up to `limit`): the forced ones, and at
+        each step the first token of the first closing class the grammar allows (else its first)."""
+
+        fork, steps = self.matcher.deep_copy(), 0
+        while steps < limit and not fork.is_accepting() and not fork.is_error():
+            forced = fork.compute_ff_tokens()
+            if forced:
+                fork.consume_tokens(forced)
+                steps += len(forced)
+                continue
+            allowed = bitmask(fork, self.vocab)
+            token = next((int(hit[0]) for c in self.classes[1:] if len(hit := (allowed & c).nonzero())), None)
+            fork.consume_token(token if token is not None else int(allowed.nonzero()[0]))
+            steps += 1
+        return steps + 1 + (0 if fork.is_accepting() else limit)  # and the end token
+
+    def allowed(self, room: int | None = None) -> torch.Tensor:
+        """(V,) bool: the tokens the grammar allows next (the end ids where it may stop); with
+        `room` positions left and closing(room), only those of the first closing class it allows."""
+        out = self.grammar_mask()
+        if room is not None and self.closing(room):
+            for members in self.classes:
+                narrowed = out & members
+                if bool(narrowed.any()):
+                    return narrowed
+        return out
+
+    def grammar_mask(self) -> torch.Tensor:
         import torch
 
         self.masks += 1
@@ -286,9 +365,7 @@ class GrammarConstraint:
             out = torch.zeros(self.vocab, dtype=torch.bool)
             out[self.ends] = True
             return out
-        words = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)  # (ceil(V/32),)
-        bits = (words[:, None] >> torch.arange(32, dtype=torch.int32)) & 1  # (ceil(V/32), 32)
-        out = bits.flatten()[: self.vocab].bool()
+        out = bitmask(self.matcher, self.vocab)
         if self.matcher.is_accepting():
             out[self.ends] = True
         else:
@@ -320,6 +397,7 @@ class GrammarConstraint:
         twin = object.__new__(GrammarConstraint)
         twin.__dict__.update(self.__dict__)
         twin.matcher = self.matcher.deep_copy()
+        twin.watching = False
         return twin
 
     @property

@@ -25,8 +25,17 @@ import torch
 class Constraint(Protocol):
     """A grammar fed the committed answer left to right (dcode.constrain.GrammarConstraint)."""
 
-    def allowed(self) -> torch.Tensor:
-        """(V,) bool: the tokens allowed next (end ids only where the grammar may stop)."""
+    def allowed(self, room: int | None = None) -> torch.Tensor:
+        """(V,) bool: the tokens allowed next (end ids only where the grammar may stop); with
+        `room` answer positions left, it may prefer the tokens that close what is open."""
+        ...
+
+    def begin(self, room: int) -> None:
+        """The answer's room (positions to fill) before the first pass."""
+        ...
+
+    def closing(self, room: int) -> bool:
+        """Whether `room` positions left are so few that only the frontier is committed, closing."""
         ...
 
     def accept(self, tokens: list[int]) -> int:
@@ -61,25 +70,26 @@ def mask_logits(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     return masked
 
 
-def frontier_rows(constraint: Constraint, candidates: torch.Tensor) -> torch.Tensor:
+def frontier_rows(constraint: Constraint, candidates: torch.Tensor, room: int) -> torch.Tensor:
     """Before a commit-rule pass chooses: the forced tokens (f,) it will commit at the block's first
     open offsets (consumed by the grammar now), and row f of candidates (n, V), the new frontier's,
-    masked in place by the grammar."""
+    masked in place by the grammar (`room`: the answer's open positions, the frontier's included)."""
     forced = constraint.forced()[: len(candidates)]
     taken = constraint.accept(forced)
     assert taken == len(forced), "the grammar refused the tokens it forces"
     if len(forced) < len(candidates):
-        candidates[len(forced)] = mask_logits(candidates[len(forced)], constraint.allowed())
+        candidates[len(forced)] = mask_logits(candidates[len(forced)], constraint.allowed(room - len(forced)))
     return torch.tensor(forced, dtype=torch.long, device=candidates.device)
 
 
 def constrained_pick(
-    constraint: Constraint, forced: torch.Tensor, tokens: torch.Tensor, picked: torch.Tensor
+    constraint: Constraint, forced: torch.Tensor, tokens: torch.Tensor, picked: torch.Tensor, closing: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What a commit-rule pass commits under a grammar: the forced tokens (f,), the frontier's
     (row f, chosen from the mask), and the rows right of it that the rule `picked` (k,) while they
     run on unbroken and the grammar accepts each in order. tokens (n,) the pass's choices.
-    Returns the rows to commit (0..m-1) and the tokens (n,) with the forced ones in place.
+    Returns the rows to commit (0..m-1) and the tokens (n,) with the forced ones in place. Short
+    of room (`closing`), the frontier alone: the tokens right of it were not chosen to close.
     Example: forced [], picked [0, 1, 3], grammar accepting rows 0 and 1 -> rows [0, 1]."""
     f, n = len(forced), len(tokens)
     tokens = tokens.clone()
@@ -89,21 +99,23 @@ def constrained_pick(
     chosen = torch.zeros(n, dtype=torch.bool, device=tokens.device)
     chosen[picked] = True
     chosen[f] = True  # the frontier: every pass commits it
-    run = int(chosen[f:].long().cumprod(0).sum())  # rows f.. picked without a gap
+    run = 1 if closing else int(chosen[f:].long().cumprod(0).sum())  # rows f.. picked without a gap
     taken = constraint.accept(tokens[f : f + run].tolist())
     return torch.arange(f + max(taken, 0), device=tokens.device), tokens
 
 
-def row_masks(constraint: Constraint, drafted: torch.Tensor, rows: int) -> list[torch.Tensor | None]:
+def row_masks(constraint: Constraint, drafted: torch.Tensor, rows: int, room: int) -> list[torch.Tensor | None]:
     """The verify rule's masks (V,) per row: row r was fed drafted[:r] (k,), so its choice is masked
-    by the grammar after them. Rows after a draft the grammar refuses get None: none of them can
-    be confirmed (the refused draft's row chooses something else)."""
+    by the grammar after them (with room - r answer positions left). Rows after a draft the
+    grammar refuses get None: none of them can be confirmed (the refused draft's row chooses
+    something else)."""
+    constraint.closing(room)  # decided once a pass, here: the forks read it
     fork = constraint.fork()
-    masks: list[torch.Tensor | None] = [fork.allowed()]
-    for token in drafted.tolist()[: rows - 1]:
+    masks: list[torch.Tensor | None] = [fork.allowed(room)]
+    for r, token in enumerate(drafted.tolist()[: rows - 1], start=1):
         if fork.accept([int(token)]) != 1:
             break
-        masks.append(fork.allowed())
+        masks.append(fork.allowed(room - r))
     return masks + [None] * (rows - len(masks))
 
 

@@ -119,12 +119,14 @@ def commit_rule_pass(
     chosen_logits = block_logits[offsets] if whole else block_logits
     candidates = candidate_logits(chosen_logits, now.rows[0], is_open, now.block, choosing, offsets + s)  # (n, V)
     constraint = choosing.constraint
-    forced = None if constraint is None else frontier_rows(constraint, candidates)  # (f,) and the frontier masked
+    room = int(is_open.sum())  # the answer's open positions: a grammar short of room closes
+    forced = None if constraint is None else frontier_rows(constraint, candidates, room)  # (f,), frontier masked
     tokens, probs = choose_tokens(candidates, now.temperature, config.top_p, gen)
     scores = SCORES[config.ordering](probs, tokens, gen)
     commit, stable = rule_pick(block_logits, candidates, tokens, probs, scores, now, counts, stable, choosing)
     if constraint is not None and forced is not None:
-        picked, tokens = constrained_pick(constraint, forced, commit.tokens, commit.picked)
+        closing = constraint.closing(room - len(forced))
+        picked, tokens = constrained_pick(constraint, forced, commit.tokens, commit.picked, closing)
         commit = Commit(picked, tokens, scores)
     return commit, stable
 
@@ -295,7 +297,7 @@ def verify_pass(
         for r, at in enumerate((offsets[: len(rows)] + s)[:, None])
     ]  # (1, V) each
     if choosing.constraint is not None:  # row r chooses what the grammar allows after the drafts before it
-        firsts = masked_rows(firsts, row_masks(choosing.constraint, drafted, len(rows)))
+        firsts = masked_rows(firsts, row_masks(choosing.constraint, drafted, len(rows), int(is_open.sum())))
     choices, probs = choose_tokens(
         torch.cat(firsts), temperature, config.top_p, gen, None if noise is None else noise[offsets[: len(rows)]]
     )

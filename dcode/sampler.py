@@ -118,11 +118,12 @@ def check_arguments(
         raise ValueError(f"masks must have the canvas's shape {tuple(canvas.shape)}, got {tuple(masks.shape)}")
 
 
-def check_constrained(is_open: torch.Tensor, start: int) -> None:
+def begin_constrained(constraint: Constraint, is_open: torch.Tensor, start: int) -> None:
     """A grammar reads the answer left to right from its start: it constrains a whole answer, whose
     positions to fill run from `start` to the canvas's end (not a middle, nor a repair's spans)."""
     if not bool(is_open[start:].all()):
         raise ValueError("a grammar constraint fills a whole answer: every position from the start to the end is open")
+    constraint.begin(len(is_open) - start)
 
 
 def choosing_for(
@@ -227,7 +228,7 @@ def denoise(
     origin = start if facts.block_origin == "answer" else 0  # where the model's attention blocks start
     is_open = to_fill(canvas, start, masks, facts.mask_id)  # (L,)
     if constraint is not None:
-        check_constrained(is_open, start)
+        begin_constrained(constraint, is_open, start)
     size = facts.block or config.block or max(1, length - start)
     aligned = facts.block is not None and facts.noise != "uniform" and not origin  # a block-causal model's own blocks
     run = Run(

@@ -26,7 +26,8 @@ def refuse_invalid(finished: Finished, grammar: Grammar, length: int) -> None:
     if finished.extra.get("grammar") == "incomplete":
         fail(f"the answer ran out of room before its JSON was complete (--length {length}): raise --length", RUNTIME)
     if not validate(grammar, finished.code):
-        fail(f"the answer is not a valid {grammar.named}; nothing written", RUNTIME)
+        wanted = "valid against the schema" if grammar.kind == "json_schema" else f"a {grammar.named}"
+        fail(f"the answer is not {wanted}; nothing written", RUNTIME)
 
 
 @app.command()
