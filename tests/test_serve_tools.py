@@ -390,6 +390,23 @@ def test_tool_calls_whole_and_streamed_are_the_same_valid_calls(server: Served) 
     assert all(not (c.choices and c.choices[0].delta.content) for c in chunks)
 
 
+class CityTemperature(BaseModel):
+    city: Literal["Paris", "London", "Rome"]
+
+
+def test_openais_stream_helper_assembles_and_parses_a_streamed_call(server: Served) -> None:
+    tools = [openai.pydantic_function_tool(CityTemperature)]  # strict: the arguments parse into the model
+    with server.client().chat.completions.stream(
+        model="dcode-tiny", messages=ASK, tools=tools, tool_choice="required", parallel_tool_calls=False, max_tokens=48
+    ) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    assert "tool_calls.function.arguments.delta" in kinds and "tool_calls.function.arguments.done" in kinds
+    (call,) = final.choices[0].message.tool_calls
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert isinstance(call.function.parsed_arguments, CityTemperature)
+
+
 def test_calls_on_and_on_until_out_of_room_keep_those_completed(server: Served) -> None:
     """Free to call in parallel, dcode-tiny calls again and again until max_tokens runs out. The
     answer says "length" and keeps the calls it completed (before: none, and the calls as text)."""
