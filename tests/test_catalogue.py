@@ -45,9 +45,20 @@ def test_available_lists_the_catalogue_offline(machine: None) -> None:
         "Apache-2.0", "1.3", "GB", "2.5", "GB", "0.6", "GB", "0.3", "GB", "39.0/33.2", "RAM", "(float32)"
     ]  # fmt: skip
     assert rows["llada-8b"].split()[-3:] == ["49.4/41.0", "RAM", "(int4)"]  # ML-GSAI/LLaDA EVAL.md; 16 GB, int4 in 8
-    assert rows["llada2-mini"].split()[-2:] == ["-/-", "no"]  # its 86.6 was in no authors' text
+    # the authors' tables: LLaDA2.1 tech report Table 2 (EvalPlus HumanEval+ / MBPP+; LLaDA2.0-mini's
+    # 86.6 was in no authors' text), SDAR README Table 1, NVlabs/Fast-dLLM v2/README.md
+    assert rows["llada2-mini"].split()[-2:] == ["81.4/78.2", "no"]
+    assert rows["llada2.1-mini"].split()[-2:] == ["82.9/74.1", "no"]
+    assert rows["sdar-8b"].split()[-3] == "78.7/72.0"
+    assert rows["fast-dllm-v2-1.5b"].split()[3:5] == ["1.54B", "3.09"]
+    assert rows["fast-dllm-v2-1.5b"].split()[-3] == "43.9/50.0"
+    assert rows["sdar-1.7b-b16"].split()[1:4] == ["JetLM/SDAR-1.7B-Chat-b16", "sdar", "2.03B"]  # README 2025-09-09
+    assert rows["sdar-8b-b32"].split()[1:3] == ["JetLM/SDAR-8B-Chat-b32", "sdar"]
     assert rows["stable-diffcoder-8b"].split()[3:5] == ["8.25B", "16.5"]
     assert rows["stable-diffcoder-8b"].split()[2] == "stable_diffcoder"
+    # iLLaDA: its own family (not LLaDA's network); the Base card's 7.62B, no scores in the authors' text
+    assert rows["illada-8b"].split()[1:6] == ["GSAI-ML/iLLaDA-8B-Instruct", "illada", "7.62B", "16.5", "GB"]
+    assert rows["illada-8b"].split()[-3] == "-/-"
     assert "CC-BY-NC-4.0 (non-commercial)" in rows["coda-1.7b"]
     # 15 GB of weights in bfloat16, 7.6 in int8: in 8 GB only in int4 (4.8 GB)
     assert rows["dream-coder-7b"].split()[-3:] == ["82.9/79.6", "RAM", "(int4)"]

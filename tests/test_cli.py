@@ -538,7 +538,7 @@ BAD_INPUTS = [  # (args, stdin, exit code, message); {m}: a folder of broken mod
         None,
         2,
         "{m}/llama: unsupported model_type 'llama' "
-        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, "
+        "(supported: a2d, coda, diffusion_gemma, dream, fast_dllm_v2, illada, llada, llada2, qwen2, sdar, "
         "stable_diffcoder, wedlm)",
     ),
     (["--model", "{m}/bare"], None, 2, "{m}/bare has no .safetensors weights (pickle weights are not loaded)"),

@@ -100,7 +100,8 @@ def test_pull_refuses_unsupported_before_the_weights(hub):
     ns = build_app()
     result = run(ns, ["models", "pull", "org/bert"])
     assert result.exit_code == 2
-    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, llada, llada2, qwen2, sdar, stable_diffcoder, wedlm"
+    supported = "a2d, coda, diffusion_gemma, dream, fast_dllm_v2, illada, llada, llada2, qwen2, sdar, "
+    supported += "stable_diffcoder, wedlm"
     assert result.stderr == f"dcode: error: org/bert: unsupported model_type 'bert' (supported: {supported})\n"
     assert calls == [("org/bert", None, ("config.json",))]
     assert not (cache / "models--org--bert" / "snapshots" / "abc" / "model.safetensors").exists()

@@ -27,7 +27,8 @@ RELEASES = {
     "a2d-duplicated-head": ("a2d_qwen2_bd3lm", "Qwen2.5-Coder-0.5B-Instruct-diffusion-bd3lm-v0.1", ("a2d", 32)),
     # Stable-DiffCoder's transformers-4.46 revision: SeedDiffcoderForCausalLM, architectures LlamaForCausalLM
     "stable-diffcoder-older": ("stable_diffcoder_older", "Stable-DiffCoder-8B-Instruct", ("stable_diffcoder", 4)),
-    "illada": ("llada_illada", "iLLaDA-8B-Instruct", ("llada", None)),
+    # iLLaDA: its own network (Llama names, GQA, tied head, full attention), mask 5 named by no file
+    "illada": ("illada", "iLLaDA-8B-Instruct", ("illada", None)),
     "fast-dllm-v2-1.5b": ("fast_dllm_v2_1_5b", "Fast_dLLM_v2_1.5B", ("fast_dllm_v2", 32)),
     "sdar-1.7b": ("sdar", "SDAR-1.7B-Chat", ("sdar", 4)),
     # the larger-block releases say their block in the name alone (config.json names none)
@@ -80,7 +81,7 @@ def test_illada_masks_with_id_5_where_no_file_names_a_mask(released: dict[str, P
     config = json.loads((folder / "config.json").read_text())
     assert "mask_token_id" not in config
     model = models.load(str(folder))
-    assert model.facts.mask_id == 5 and model.tokenizer.convert_ids_to_tokens([5]) != ["<|mdm_mask|>"]
+    assert (model.facts.mask_id, model.tokenizer.mask_token_id) == (5, None)
     other = folder.parent / "llada"  # LLaDA itself still masks with its own <|mdm_mask|>
     tiny.write("llada", other, SIZE, seed=1)
     plain = models.load(str(other))
@@ -98,3 +99,30 @@ def test_a2d_prompts_carry_the_authors_think_block_in_cli_and_server(kind: str, 
     served = model.tokenizer.decode(conversation.encoded(model, [("user", "add two numbers")], "python"))
     assert cli == served
     assert cli.endswith(THINK_OFF) is think and cli.endswith("<|im_start|>assistant\n") is not think
+
+
+# Fast_dLLM_v2_1.5B's config.json as released (copied whole in HoangMaizzz/failfasttesting at
+# 7cc16bb): the keys besides the shape's, and the values that decide how dcode reads it.
+FAST_DLLM_1_5B_KEYS = {
+    "architectures", "attention_dropout", "auto_map", "bd_size", "bos_token_id", "eos_token_id", "hidden_act",
+    "hidden_size", "initializer_range", "intermediate_size", "layer_types", "max_position_embeddings",
+    "max_window_layers", "model_type", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+    "pad_token_id", "rms_norm_eps", "rope_scaling", "rope_theta", "sliding_window", "tie_word_embeddings",
+    "torch_dtype", "transformers_version", "use_cache", "use_sliding_window", "vocab_size",
+}  # fmt: skip
+
+
+def test_the_fast_dllm_1_5b_checkpoint_is_written_as_released(released: dict[str, Path]) -> None:
+    folder = released["fast-dllm-v2-1.5b"]
+    config = json.loads((folder / "config.json").read_text())
+    assert set(config) == FAST_DLLM_1_5B_KEYS
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration.Fast_dLLM_QwenConfig", "AutoModel": "modeling.Fast_dLLM_QwenModel",
+        "AutoModelForCausalLM": "modeling.Fast_dLLM_QwenForCausalLM",
+    }  # fmt: skip
+    assert (config["bd_size"], config["tie_word_embeddings"], config["layer_types"][0]) == (32, True, "full_attention")
+    model = models.load(str(folder))
+    im_end = model.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert config["eos_token_id"] == config["pad_token_id"] == im_end
+    assert model.facts.pad_id == im_end and im_end in model.facts.eos_ids  # pads with <|im_end|>, as released
+    assert model.tokenizer.convert_ids_to_tokens([model.facts.mask_id]) == ["|<MASK>|"]

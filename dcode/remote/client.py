@@ -66,6 +66,7 @@ class Endpoint:
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
     tell: Callable[[str], None] = field(default=to_stderr, repr=False, compare=False)  # one line for the user
     refused: set[str] = field(default_factory=set, repr=False, compare=False)  # fields it refused: not sent again
+    missing: set[str] = field(default_factory=set, repr=False, compare=False)  # paths it lacks (404): not asked again
 
     @classmethod
     def parse(cls, url: str, **kwargs: Any) -> Endpoint:
@@ -234,7 +235,7 @@ def status_error(response: httpx2.Response, endpoint: Endpoint, tries: int) -> R
     if status == 404:
         model = "model" in said.lower() and endpoint.model
         what = f"model {endpoint.model!r} not found at {where}" if model else f"{response.request.url} not found"
-        return RemoteError(endpoint.redact(f"{what} (404): {said}"), "usage", status)
+        return RemoteError(endpoint.redact(f"{what} (404): {said}"), "usage", status, named_fields(payload, said))
     if status in BUSY:
         tried = f" after {tries} tries" if tries > 1 else ""
         return RemoteError(endpoint.redact(f"{where} is busy ({status}){tried}: {said}"), "runtime", status)

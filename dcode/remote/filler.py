@@ -1,7 +1,8 @@
 """dcode.filler.Filler over a served model: what dcode.flows' new, edit and repair ask of an endpoint.
 
-Owns: a whole file as one chat request (dcode.remote.fill.new), a region or a repair span as a
-fill in the middle with its chat fallback (dcode.remote.fill.middle), the spans of a repair round as
+Owns: a whole file as one chat request (dcode.remote.fill.new), an edit's region through the
+server's apply path (dcode.remote.apply) or, like a repair span, as a fill in the middle with its
+chat fallback (dcode.remote.fill.middle), the spans of a repair round as
 byte spans (a server has no tokens to snap them to), the sampling of a round's later tries, and the
 live view's frames of several requests drawn as one run in their file (Clock). Everything else
 (checking, judging, splicing, the records) is the flows'. Knows nothing about argv or the terminal.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
 from dcode.filler import Draft, Fills, Identity, Plan, Reading
+from dcode.remote import apply as applying
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
 from dcode.remote.fill import Sampling
@@ -133,7 +135,7 @@ class EndpointFiller:
     ) -> Generator[Event, None, Draft]:
         old = source.encode()[region[0] : region[1]].decode()
         ask = replace(self.sampling, max_tokens=length or fill_budget(old, 32))
-        answer = yield from self.filled(source, region, language, ask, instruction=instruction, name=name)
+        answer = yield from self.filled(source, region, language, ask, instruction=instruction, name=name, apply=True)
         return Draft(
             answer.text, answer.prompt_tokens, answer.tokens, ask.max_tokens, answer.chunks, answer.seconds,
             self.unit, extra=stream_keys(answer),
@@ -170,9 +172,10 @@ class EndpointFiller:
         return Fills(texts, chunks, tokens, asked)
 
     def filled(
-        self, text: str, span: tuple[int, int], language: str, sampling: Sampling, **ask: str
+        self, text: str, span: tuple[int, int], language: str, sampling: Sampling, apply: bool = False, **ask: str
     ) -> Generator[Event, None, Answer]:
-        """One span of text filled through the endpoint, drawn in its file; returns the fill's Answer."""
+        """One span of text filled through the endpoint (an edit's region by way of the server's
+        apply path where it has one), drawn in its file; returns the fill's Answer."""
         data, (a, b) = text.encode(), span
         before, old, after = data[:a].decode(), data[a:b].decode(), data[b:].decode()
         head, tail = pieces(before), pieces(after)
@@ -180,7 +183,13 @@ class EndpointFiller:
         yield Started((0, 0), ())
         yield Drawn(clock.masked(self.model, self.device, head, old, tail))
         answer: Answer | None = None
-        for event in fill.middle(self.endpoint, before, after, language, sampling, old=old, **ask):
+        if apply:
+            events = applying.region(
+                self.endpoint, before, old, after, language, sampling, ask["instruction"], ask["name"]
+            )
+        else:
+            events = fill.middle(self.endpoint, before, after, language, sampling, old=old, **ask)
+        for event in events:
             if isinstance(event, Drawn):
                 yield Drawn(clock.around(event.frame, head, tail))
             else:

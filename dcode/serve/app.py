@@ -26,8 +26,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dcode.serve import wire
-from dcode.serve.engine import Engine, Overloaded
+from dcode.serve import mercury, wire
+from dcode.serve.engine import Engine, Overloaded, Runner
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.replies import Prepared
 from dcode.serve.wire import Kind
@@ -187,11 +187,17 @@ def create_app(
     async def fim(request: Request) -> Any:
         return await serve(request, "text")
 
+    async def accepted(request: Request) -> bytes:  # the key, the media type and the body's limits
+        check_key(request, api_key)
+        check_json(request)
+        return await read_body(request, max_body, body_timeout)
+
+    mercury.add_routes(app, engine, preparers, accepted, run)  # Inception's /v1/apply and /v1/edit paths
     return app
 
 
-async def run(request: Request, engine: Engine, prepared: Prepared) -> Any:
-    """Submit the prepared job and answer: one JSON object, or a stream of chunks."""
+async def run(request: Request, engine: Engine, prepared: Prepared, runner: Runner | None = None) -> Any:
+    """Submit the prepared job (run by its flow, or `runner`) and answer: one JSON object, or a stream of chunks."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -199,7 +205,7 @@ async def run(request: Request, engine: Engine, prepared: Prepared) -> Any:
         loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
 
     try:
-        cancel = engine.submit(prepared, emit)
+        cancel = engine.submit(prepared, emit, runner)
     except Overloaded:
         busy = BadRequest("the server is overloaded: every slot and queue place is taken", None, 503, "overloaded")
         busy.kind = "server_error"

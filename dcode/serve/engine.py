@@ -31,6 +31,7 @@ from dcode.serve.replies import Prepared, Reply, shutdown_error
 from dcode.serve.settings import merged
 
 Emit = Callable[[str, Any], None]  # ("chunk", dict) | ("final", dict) | ("error", BadRequest) | ("end", usage)
+Runner = Callable[[Prepared, Emit, threading.Event], None]  # a worker's body: run the job, emit its chunks
 
 
 class Overloaded(Exception):
@@ -162,8 +163,9 @@ class Engine:
             return prepared
         return replace(prepared, config=replace(prepared.config, draft=min(prepared.config.draft, self.busy_draft)))
 
-    def submit(self, prepared: Prepared, emit: Emit) -> Callable[[], None]:
-        """Start the job in a worker thread; returns its cancel function. Overloaded when full;
+    def submit(self, prepared: Prepared, emit: Emit, runner: Runner | None = None) -> Callable[[], None]:
+        """Start the job in a worker thread (its flow, or `runner`'s: dcode.serve.mercury's edits);
+        returns its cancel function. Overloaded when full;
         shutdown_error() once the server is cutting its requests (a request tokenized while the
         cut came would otherwise run whole past it, until uvicorn's backstop cancels it)."""
         with self._lock:
@@ -174,9 +176,8 @@ class Engine:
             self._admitted += 1
             key = next(self._ids)
             cancelled = self._tickets[key] = threading.Event()
-        threading.Thread(
-            target=self._work, args=(key, prepared, emit, cancelled), daemon=True, name=f"job-{key}"
-        ).start()
+        work = (key, prepared, emit, cancelled, runner or self._run)
+        threading.Thread(target=self._work, args=work, daemon=True, name=f"job-{key}").start()
         return cancelled.set
 
     def cancel_all(self) -> None:
@@ -187,7 +188,7 @@ class Engine:
             for event in self._tickets.values():
                 event.set()
 
-    def _work(self, key: int, prepared: Prepared, emit: Emit, cancelled: threading.Event) -> None:
+    def _work(self, key: int, prepared: Prepared, emit: Emit, cancelled: threading.Event, runner: Runner) -> None:
         """A worker: wait for a slot, run its flow over the BatchingDenoiser, emit chunks, then the end."""
         slot = False
         try:
@@ -197,7 +198,7 @@ class Engine:
             with self._lock:
                 self._running += 1
                 busy = self._admitted > 1
-            self._run(self.under_load(prepared) if busy else prepared, emit, cancelled)
+            runner(self.under_load(prepared) if busy else prepared, emit, cancelled)
         except RequestCancelled:  # the client went away (no one to tell), or the server is stopping
             if self._stopping:
                 emit("error", shutdown_error())

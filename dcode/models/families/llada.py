@@ -13,17 +13,14 @@ Sources (read to understand, nothing copied): GSAI-ML/LLaDA-8B-Instruct config.j
 its modeling_llada.py names and generate.py (low-confidence remasking, greedy, blocks of 32);
 ML-GSAI/LLaDA at b7e6c35 (its latest stored commit): EVAL.md's LLaDA-8B-Instruct table (HumanEval
 49.4 at gen_length = block_length = 512, MBPP 41.0 at 256 / 256, "Internal toolkit"; the paper's
-pure diffusion sampling, steps = gen_length), MIT; README.md (2026.06.24): iLLaDA-8B-Base and
--Instruct "can directly reuse the existing LLaDA inference code" by "setting mask_id=5", Apache 2.0,
-iLLaDA's evaluation code not released yet. iLLaDA-8B-Instruct's own config.json and tokenizer
-files were not read here: dcode reads it as a LLaDA checkpoint whose mask is config.json's
-mask_token_id, else the tokenizer's <|mdm_mask|>, else id 5 (FACTS.mask_id).
+pure diffusion sampling, steps = gen_length), MIT. iLLaDA, which the README says reuses this
+code with mask_id=5, is another network (Llama names, grouped-query attention): its own family,
+dcode.models.families.illada.
 """
 
 from __future__ import annotations
 
 import re
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +45,6 @@ FACTS = FamilyFacts(
     vocab_keys=("embedding_size", "vocab_size"),
     length_keys=("max_sequence_length",),
     default_length=4096,
-    mask_id=5,  # iLLaDA's (README: "By setting mask_id=5, iLLaDA can directly reuse" generate.py)
     # high: ML-GSAI/LLaDA EVAL.md's decoding (steps = gen_length: one token per pass, blocks of 32);
     # low: THRESHOLD_LOW (not measured on this model).
     efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
@@ -56,10 +52,6 @@ FACTS = FamilyFacts(
 CATALOGUE = (
     Entry("llada-8b", "GSAI-ML/LLaDA-8B-Instruct", "llada", 8.0, 16.0, "MIT", 49.4, 41.0, "",
           "greedy, one token per pass, one block of 512 (HumanEval) / 256 (MBPP) (EVAL.md)"),
-    # Scores: none published yet in the authors' text (the evaluation code is a TODO in the README).
-    # Size: LLaDA-8B's shape assumed (its config was not read here), hence "~".
-    Entry("illada-8b", "GSAI-ML/iLLaDA-8B-Instruct", "llada", 8.0, 16.0, "Apache-2.0", None, None,
-          "LLaDA's code with mask id 5; ~size as LLaDA-8B"),
 )  # fmt: skip
 
 LM_HEAD = "model.transformer.ff_out.weight"  # absent when the head is tied to wte (weight_tying)
@@ -190,9 +182,6 @@ LLAMA3_TEMPLATE = (
 )
 LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 LLADA_SPECIALS += ["<|mdm_mask|>"]
-# iLLaDA: id 5 is the mask (README); its spelling there is not known here, so a placeholder that no
-# rule of dcode's recognizes by name stands at 5, and no file names it: the family's mask_id decides.
-ILLADA_SPECIALS = [*LLADA_SPECIALS[:5], "<|reserved_special_token_5|>"]
 
 # LLaDA-8B-Instruct's config.json keys that do not depend on the tiny size (OLMo's names).
 LLADA_CONFIG: dict[str, object] = {
@@ -237,17 +226,13 @@ LLADA_CONFIG: dict[str, object] = {
 }
 
 
-def write_checkpoint(
-    folder: Path, size: Size, device: torch.device, seed: int, *, tied: bool = False, illada: bool = False
-) -> int:
+def write_checkpoint(folder: Path, size: Size, device: torch.device, seed: int, *, tied: bool = False) -> int:
     """LLaDA-8B-Instruct's format: OLMo config keys, model.transformer.* names, no biases, untied
     head (ff_out), multi-head attention, tokenizer.json with <|mdm_mask|> and Llama 3's template.
-    tied: weight_tying true and no ff_out (the head is wte). illada: iLLaDA as its README describes
-    it (LLaDA's code, mask id 5; inferred, its files were not read): the specials at ids 0..5, id 5
-    the mask, named by no file."""
-    from dcode.testing.kit import random_weights, save_weights, train_bpe, train_bpe_first, write_json, write_tokenizer
+    tied: weight_tying true and no ff_out (the head is wte)."""
+    from dcode.testing.kit import random_weights, save_weights, train_bpe, write_json, write_tokenizer
 
-    tokenizer = train_bpe_first(size, ILLADA_SPECIALS)[0] if illada else train_bpe(size, LLADA_SPECIALS)
+    tokenizer = train_bpe(size, LLADA_SPECIALS)
     settings = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<|startoftext|>",
@@ -282,7 +267,7 @@ def write_checkpoint(
         "d_model": hidden,
         "embedding_size": size.rows,
         "eos_token_id": ids["<|endoftext|>"],
-        **({} if illada else {"mask_token_id": ids["<|mdm_mask|>"]}),
+        "mask_token_id": ids["<|mdm_mask|>"],
         "max_sequence_length": size.max_positions,
         "mlp_hidden_size": size.inner,
         "n_heads": size.heads,
@@ -304,5 +289,5 @@ FAMILY = Family(
     facts=FACTS,
     catalogue=CATALOGUE,
     load=load,
-    checkpoints={"llada": write_checkpoint, "llada_illada": partial(write_checkpoint, illada=True)},
+    checkpoints={"llada": write_checkpoint},
 )

@@ -10,10 +10,13 @@ dllm/pipelines/llada21 (added in 62ebe4f3, "Add LLaDA2/LLaDA2.1 inference pipeli
 model under LLaDA2's class names, and LLaDA21SamplerConfig / LLaDA2MoeModelLM.generate with token
 editing (named_efforts below). inclusionAI/LLaDA2.X at a798329: README (LLaDA2.0-mini and
 LLaDA2.1-mini "Instruction-tuned", 16B mixture of experts; Apache 2.0). LLaDA2.1-mini's Hub page
-tags it llada2_moe (the format this module loads) and cites arXiv 2602.08676. Scores: the
-HumanEval 86.6 this catalogue once gave LLaDA2.0-mini was found in no authors' text read here
-(LLaDA2.0-mini-preview's card gives 80.49, the flash-preview 88.41; the LLaDA2.1-mini card's coding
-rows were not in what was read), so both entries give none.
+tags it llada2_moe (the format this module loads) and cites arXiv 2602.08676. Scores: the LLaDA2.1
+tech report (inclusionAI/LLaDA2.X at a798329, llada2_1_tech_report.pdf, Table 2; the LLaDA2.1-mini
+card shows the same table) gives EvalPlus HumanEval+ / MBPP+ only: LLaDA2.1-mini 82.93 / 74.07 in Q Mode
+(80.49 / 73.28 in S Mode), LLaDA2.0-mini 81.40 / 78.24. It names the modes but not their
+thresholds (the numbers dcode uses are diffusers' and SGLang's, below). The HumanEval 86.6 this
+catalogue once gave LLaDA2.0-mini is in no authors' text read here (LLaDA2.0-mini-preview's card
+gives 80.49, the flash-preview 88.41).
 """
 
 from __future__ import annotations
@@ -63,10 +66,11 @@ FACTS = FamilyFacts(
     ),
 )
 CATALOGUE = (
-    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", None, None,
-          "mixture of experts, 1.4B active"),
-    Entry("llada2.1-mini", "inclusionAI/LLaDA2.1-mini", "llada2", 16.0, 32.0, "Apache-2.0", None, None,
-          "mixture of experts, 1.4B active; its authors decode with token editing"),
+    Entry("llada2-mini", "inclusionAI/LLaDA2.0-mini", "llada2", 16.0, 32.0, "Apache-2.0", 81.4, 78.2,
+          "mixture of experts, 1.4B active", "HumanEval+ / MBPP+ (EvalPlus), LLaDA2.1 tech report Table 2"),
+    Entry("llada2.1-mini", "inclusionAI/LLaDA2.1-mini", "llada2", 16.0, 32.0, "Apache-2.0", 82.9, 74.1,
+          "mixture of experts, 1.4B active; its authors decode with token editing",
+          "HumanEval+ / MBPP+ (EvalPlus), Q Mode (LLaDA2.1 tech report Table 2)"),
 )  # fmt: skip
 
 

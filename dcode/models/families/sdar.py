@@ -3,7 +3,8 @@
 A released SDAR checkpoint says model_type "sdar", architectures ["SDARForCausalLM"], and ships
 remote modeling code (JetAstra/SDAR, training/model/*): Qwen3 layers (q/k RMSNorm, no biases)
 under Qwen3's weight names, block-causal attention in blocks of `block_size` (4), the mask token
-`<|MASK|>` (151669) in config.json, end of answer from generation_config.json ([151645, 151643]).
+`<|MASK|>` (151669; in config.json where a checkpoint names it, else the tokenizer's), end of
+answer from generation_config.json ([151645, 151643]).
 Its generate.py samples each position from the logits at that same position: not shifted.
 Here the config is mapped onto Qwen3Config and the weights load into Qwen3ForCausalLM, run
 block-causal with an exact cache of finished blocks (decoder.DecoderDenoiser).
@@ -15,15 +16,24 @@ generate.py (eos [151645, 151643], <|MASK|> 151669; low-confidence dynamic unmas
 4-token blocks); README.md: the releases (1.7B / 4B / 8B -Chat, and "[2025-09-09] ... block sizes
 of 8, 16, 32, 64 on the Hugging Face"), the evaluation setup ("greedy decoding with block_length = 4,
 denoising_steps = 4"), its prompt rendered with apply_chat_template(..., add_generation_prompt=True)
-and no enable_thinking (so none here). Its score table is an image (assets/table1.png), not read
-here: HumanEval / MBPP below are the model cards' as issue 35 quotes them (1.7B 61.6 / 61.1, 4B
-72.0 / 65.4); the 8B's and the larger-block variants' are left out. The Hub's file listings: the
-1.7B and its -b8 / -b32 / -b64 one model.safetensors of 4.06 GB (2.03B parameters: Qwen3-1.7B with
-an untied head), SDAR-4B-Chat-b64 8.83 GB, SDAR-8B-Chat 16.4 GB; SDAR-4B-Chat's config.json:
-SDARForCausalLM, tie_word_embeddings false, block_size 4, and no mask_token_id (the mask is the
-tokenizer's <|MASK|>, as FACTS finds it). The 1.7B's config.json (932 bytes, "Update config.json";
-configuration_sdar.py "Replace Qwen3 configs/modeling with SDAR version") was not read here: an
-older snapshot of it that still says model_type "qwen3" is not recognized as SDAR.
+and no enable_thinking (so none here).
+Scores: the README's Table 1 (assets/table1.png at c2041a8, read as an image): HumanEval / MBPP
+1.7B 61.6 / 61.1, 4B 72.0 / 65.4, 8B 78.7 / 72.0, "greedy decoding with block_length = 4,
+denoising_steps = 4"; the 1.7B's also in text in SDAR-4B-Chat's card before huggingface.co commit
+cd91dd7 (61.59 / 61.09, HumanEval and Sanitized_MBPP 0-shot). The larger-block releases have none.
+Releases (the Hub's file listings): SDAR-1.7B-Chat and its -b8 (61c436a), -b16 (8ffce276),
+-b32 (2c83c05) and -b64 (e98192d), each one model.safetensors of 4.06 GB (2.03B parameters:
+Qwen3-1.7B with an untied head); SDAR-4B-Chat and -b64 (6d87c0c) 8.83 GB; SDAR-8B-Chat 16.4 GB.
+JetLM/SDAR-8B-Chat-b32 is named by many public projects (lmdeploy and SGLang runs) though its Hub
+page is not stored; no other -bN release was found. SDAR-4B-Chat's config.json: SDARForCausalLM,
+tie_word_embeddings false, neither block_size nor mask_token_id (the mask is the tokenizer's
+<|MASK|>, as FACTS finds it).
+The 1.7B's own config.json (932 bytes, "Update config.json", where the 4B's and 8B's are 1.09 kB)
+was not found in any stored copy, so its keys are unverified here (the writer below is the 4B's
+format); an older snapshot that still says model_type "qwen3" is not recognized as SDAR. Its
+remote code is not older by size: configuration_sdar.py 11.2 kB ("Replace Qwen3 configs/modeling
+with SDAR version", ce85381) and modeling_sdar.py 37.5 kB ("Add kernel to accelerate"), the same
+sizes as SDAR-4B-Chat-b64's and SDAR-8B-Chat's (dcode runs none of it).
 """
 
 from __future__ import annotations
@@ -56,17 +66,20 @@ FACTS = FamilyFacts(
     default_length=32768,
     efforts={"high": ONE_TOKEN_PER_PASS, "low": THRESHOLD_LOW},
 )
-SCORED = "greedy, blocks of 4, 4 passes per block (SDAR README)"
+SCORED = "greedy, blocks of 4, 4 passes per block (SDAR README, Table 1)"
 CATALOGUE = (
     Entry("sdar-1.7b", "JetLM/SDAR-1.7B-Chat", "sdar", 2.03, 4.06, "Apache-2.0", 61.6, 61.1,
           "block diffusion, blocks of 4", SCORED),
     Entry("sdar-1.7b-b8", "JetLM/SDAR-1.7B-Chat-b8", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 8"),
+    Entry("sdar-1.7b-b16", "JetLM/SDAR-1.7B-Chat-b16", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 16"),
     Entry("sdar-1.7b-b32", "JetLM/SDAR-1.7B-Chat-b32", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 32"),
     Entry("sdar-1.7b-b64", "JetLM/SDAR-1.7B-Chat-b64", "sdar", 2.03, 4.06, "Apache-2.0", None, None, "blocks of 64"),
     Entry("sdar-4b", "JetLM/SDAR-4B-Chat", "sdar", 4.41, 8.83, "Apache-2.0", 72.0, 65.4,
           "block diffusion, blocks of 4", SCORED),
     Entry("sdar-4b-b64", "JetLM/SDAR-4B-Chat-b64", "sdar", 4.41, 8.83, "Apache-2.0", None, None, "blocks of 64"),
-    Entry("sdar-8b", "JetLM/SDAR-8B-Chat", "sdar", 8.19, 16.4, "Apache-2.0", None, None, "blocks of 4"),
+    Entry("sdar-8b", "JetLM/SDAR-8B-Chat", "sdar", 8.19, 16.4, "Apache-2.0", 78.7, 72.0,
+          "block diffusion, blocks of 4", SCORED),
+    Entry("sdar-8b-b32", "JetLM/SDAR-8B-Chat-b32", "sdar", 8.19, 16.4, "Apache-2.0", None, None, "blocks of 32"),
 )  # fmt: skip
 
 

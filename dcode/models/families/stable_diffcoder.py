@@ -108,19 +108,19 @@ SEED_TEMPLATE = (
 )
 
 
-def seed_tokenizer(folder: Path, size: Size) -> dict[str, int]:
-    """tokenizer.json with SEED_SPECIALS at ids 0..7 (the BPE trained after them) and a
-    tokenizer_config.json naming bos, eos and pad as Seed-Coder's do (no mask_token: dcode finds
-    <[MASK_TOKEN]> by its spelling). Returns special token -> id."""
+def seed_tokenizer(folder: Path, size: Size, specials: list[str] = SEED_SPECIALS) -> dict[str, int]:
+    """tokenizer.json with `specials` at ids 0..7 (the BPE trained after them) and a
+    tokenizer_config.json naming bos, eos and pad (the first three) as Seed-Coder's do (no
+    mask_token: dcode finds <[MASK_TOKEN]> by its spelling). Returns special token -> id."""
     from dcode.testing.kit import train_bpe_first
 
-    tokenizer, ids = train_bpe_first(size, SEED_SPECIALS)
+    tokenizer, ids = train_bpe_first(size, specials)
     tokenizer.save(str(folder / "tokenizer.json"))
     decoder = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
                         "special": True} for t, i in ids.items()}  # fmt: skip
     settings = {
-        "added_tokens_decoder": decoder, "bos_token": SEED_SPECIALS[0], "eos_token": SEED_SPECIALS[2],
-        "pad_token": SEED_SPECIALS[1], "chat_template": SEED_TEMPLATE, "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": decoder, "bos_token": specials[0], "eos_token": specials[2],
+        "pad_token": specials[1], "chat_template": SEED_TEMPLATE, "clean_up_tokenization_spaces": False,
         "model_max_length": 8192, "tokenizer_class": "PreTrainedTokenizerFast",
     }  # fmt: skip
     (folder / "tokenizer_config.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
