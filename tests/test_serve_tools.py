@@ -536,3 +536,14 @@ def test_the_docs_examples_run_as_written(server: Served, tmp_path: pathlib.Path
         [*shlex.split(curl), "-H", f"Authorization: Bearer {KEY}"], capture_output=True, text=True, timeout=60
     )
     assert isinstance(json.loads(json.loads(done.stdout)["choices"][0]["text"]), dict), done.stdout
+
+
+def test_stop_strings_end_a_text_answer_but_never_cut_a_call(server: Served) -> None:
+    base = {"messages": ASK, "tools": [TEMPERATURE], "max_tokens": 48, "stop": ["\n"]}
+    text = post(server.url, CHAT, base).json()["choices"][0]  # auto: dcode-tiny answers in code
+    assert text["finish_reason"] == "stop" and "\n" not in text["message"]["content"]
+    body = {**base, "tool_choice": "required", "parallel_tool_calls": False}
+    called = post(server.url, CHAT, body).json()["choices"][0]  # every call holds "\n"
+    assert called["finish_reason"] == "tool_calls"
+    (call,) = called["message"]["tool_calls"]
+    jsonschema.validate(json.loads(call["function"]["arguments"]), schema_of("city_temperature"))

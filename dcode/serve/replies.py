@@ -97,7 +97,6 @@ class Reply:
         self.created = int(time.time())  # every chunk of the stream, and the answer, carry this one
         self._settled: tuple[Step, list[int], str] | None = None  # the last step's, decoded once
         self.calls = calls.CallStream()  # a tool-calling answer's deltas sent so far, and its call ids
-        self.stops = () if self.job.shape.calls else self.job.stop  # a tool call is not cut by `stop`
 
     def chunk(
         self,
@@ -140,13 +139,18 @@ class Reply:
         """The answer as it stands when its settled text already holds a stop string: what comes
         after cannot change what the client gets, so the request ends here (repair off)."""
         prepared = self.prepared
-        if not self.stops or prepared.rounds:
+        if not self.job.stop or prepared.rounds:
             return None
         ids, text = self.settled(step)
-        if not cut_at_stop(text, self.stops)[1]:
+        if not cut_at_stop(text, self.stops(text))[1]:
             return None
         prompt = len(prepared.prefix) + len(prepared.suffix)
         return Finished(text, prompt, len(ids), prepared.length, step.forward, elapsed)
+
+    def stops(self, text: str) -> tuple[str, ...]:
+        """The stop strings that end this answer: none for an answer of tool calls (a stop string
+        would cut a call's JSON), the request's for text."""
+        return () if self.job.shape.calls and calls.is_calls(text) else self.job.stop
 
     def settled(self, step: Step) -> tuple[list[int], str]:
         """The answer's left-to-right prefix that holds no mask, as ids and as text: decoded once a
@@ -187,8 +191,10 @@ class Reply:
             return []
         if not isinstance(event, Step) or self.prepared.rounds:  # repair may change any of it: send at the end
             return []
-        text, _ = cut_at_stop(self.settled(event)[1], self.stops)
-        now = held_back(text, self.stops, self.job.kind == "chat")
+        settled = self.settled(event)[1]
+        stops = self.stops(settled)
+        text, _ = cut_at_stop(settled, stops)
+        now = held_back(text, stops, self.job.kind == "chat")
         if self.job.shape.calls and calls.is_calls(now):
             deltas = self.calls.deltas(now)
             return [self.chunk(None, tool_calls=deltas)] if deltas else []
@@ -202,7 +208,7 @@ class Reply:
         A shaped answer whose grammar did not complete ran out of room: "length", as OpenAI says
         (a tool-calling one keeps the calls it completed: a weak model may call on and on)."""
         code = self.text_of_answer(done.code)
-        text, stopped = cut_at_stop(code, self.stops)
+        text, stopped = cut_at_stop(code, self.stops(code))
         ended = done.tokens < done.masks or (done.repair is not None and done.repair.rounds > 0)
         reason = "stop" if stopped or ended or self.prepared.suffix else "length"
         if done.extra.get("grammar") == "incomplete":
