@@ -138,12 +138,15 @@ def test_objects_that_say_nothing_of_other_keys_are_closed_to_them() -> None:
         "allOf": [{"properties": {"y": {}}}],
         "$defs": {"d": {"properties": {}, "additionalProperties": True}},
     }
+    combined = {"properties": {"a": {}}, "anyOf": [{"properties": {"b": {}}, "required": ["b"]}]}
+    assert shaping.closed(combined) == combined  # {"a": 1, "b": 2} is valid: closing either part would refuse it
+    choices = {"anyOf": [{"properties": {"b": {}}}]}  # alternatives alone: each closed
+    assert shaping.closed(choices) == {"anyOf": [{"properties": {"b": {}}, "additionalProperties": False}]}
     assert shaping.closed(given) == {
         "properties": {"x": {"type": "object", "properties": {}, "additionalProperties": False}},
         "allOf": [{"properties": {"y": {}}}],  # a member of allOf stays open: closing it refuses the others' keys
         "$defs": {"d": {"properties": {}, "additionalProperties": True}},  # said: kept
-        "additionalProperties": False,
-    }
+    }  # and the object itself stays open: its allOf may add "y"
 
 
 class Point(BaseModel):

@@ -92,33 +92,39 @@ def _name(value: Any, param: str) -> str:
 
 # keywords whose value is a schema, a list of schemas, or a map of names to schemas
 ONE_SCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "additionalProperties")
-SCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems", "items")
+ITEM_LISTS = ("prefixItems", "items")
+CHOICES = ("anyOf", "oneOf")
 SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 OPEN_ENDED = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+# beside `properties`, these may let in keys of their own: such an object, and their members, stay open
+COMBINED = ("allOf", "anyOf", "oneOf", "$ref", "if", "then", "else", "dependentSchemas", "dependencies")
 
 
 def closed(schema: Any, member: bool = False) -> Any:
     """The schema with every object that lists its `properties` and says nothing of others closed
     to them (`additionalProperties: false`), as xgrammar's strict mode does under vLLM: a weak model
     cannot wander into invented keys until it runs out of room, and an answer valid under the
-    closed schema is valid under the original. `allOf` members stay open (closing each would
-    refuse the others' keys).
+    closed schema is valid under the original. An object combined with other schemas beside its
+    properties (COMBINED: `allOf` members always) stays open, and so do those schemas (`member`):
+    closing one would refuse the others' keys.
     Example: closed({"properties": {}}) -> {"properties": {}, "additionalProperties": False}."""
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
-    for key in ONE_SCHEMA:
-        if isinstance(out.get(key), dict):
-            out[key] = closed(out[key])
-    for key in SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [closed(s) for s in out[key]]
-    if isinstance(out.get("allOf"), list):
-        out["allOf"] = [closed(s, member=True) for s in out["allOf"]]
-    for key in SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: closed(s) for name, s in out[key].items()}
-    if isinstance(out.get("properties"), dict) and not member and not any(k in out for k in OPEN_ENDED):
+    combined = "properties" in out and any(key in out for key in COMBINED)
+    for key, value in schema.items():
+        if key in SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: closed(s) for name, s in value.items()}
+        elif key == "allOf" and isinstance(value, list):
+            out[key] = [closed(s, member=True) for s in value]
+        elif key in CHOICES and isinstance(value, list):
+            out[key] = [closed(s, member=combined) for s in value]
+        elif key in ITEM_LISTS and isinstance(value, list):
+            out[key] = [closed(s) for s in value]
+        elif key in ONE_SCHEMA and isinstance(value, dict):
+            out[key] = closed(value, member=combined and key in ("then", "else"))
+    said = any(key in out for key in OPEN_ENDED)  # the schema says what other keys may be
+    if isinstance(out.get("properties"), dict) and not (member or combined or said):
         out["additionalProperties"] = False
     return out
 
