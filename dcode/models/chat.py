@@ -9,7 +9,7 @@ the same turns from either. Torch-free; knows nothing about prompts' wording, sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dcode.models.base import Denoiser
@@ -17,9 +17,12 @@ if TYPE_CHECKING:
 __all__ = ["render"]
 
 
-def render(model: Denoiser, chat: Sequence[dict[str, str]]) -> str:
-    """The messages in the model's chat template, ready for the assistant's answer.
+def render(model: Denoiser, chat: Sequence[dict[str, str]], tools: Sequence[dict[str, Any]] | None = None) -> str:
+    """The messages in the model's chat template, ready for the assistant's answer; `tools` (OpenAI's
+    function tools) as transformers passes them to a template that describes them (Qwen's).
     Example: a Qwen3 A2D model -> '...<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n'."""
-    options = dict(model.facts.chat_options)
+    options: dict[str, Any] = dict(model.facts.chat_options)
+    if tools:
+        options["tools"] = list(tools)
     text = model.tokenizer.apply_chat_template(list(chat), tokenize=False, add_generation_prompt=True, **options)
     return str(text)

@@ -19,7 +19,9 @@ from typing import Any
 from dcode.localfill import request_text
 from dcode.models.base import Denoiser
 from dcode.models.chat import render
+from dcode.serve import toolchat
 from dcode.serve.jobs import BadRequest
+from dcode.serve.shaping import Shape
 
 Message = tuple[str, str]  # (role, text)
 # A normaliser may compose characters (NFC: "e" + U+0301 -> "é"), so a text can hold up to this many
@@ -93,10 +95,13 @@ def turns(messages: Sequence[Message]) -> tuple[list[Message], list[list[Message
     return list(messages[:head]), earlier, list(messages[last:])
 
 
-def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str:
+def rendered(model: Denoiser, messages: Sequence[Message], language: str, shape: Shape | None = None) -> str:
     """The conversation as the model reads it: the last user message in the prompt template, every
     message in the chat template; when the template has no place for the earlier ones (or there is
-    no chat template), the texts of the earlier non-system messages as context before the request."""
+    no chat template), the texts of the earlier non-system messages as context before the request.
+    A shaped request (response_format, tools) is rendered as written, with its tools: dcode.serve.toolchat."""
+    if shape is not None and shape.structured:
+        return toolchat.rendered(model, messages, shape)
     last = last_user(messages)
     chat = [{"role": role, "content": text} for role, text in messages]
     chat[last]["content"] = request_text(model, messages[last][1], language)
@@ -111,11 +116,13 @@ def rendered(model: Denoiser, messages: Sequence[Message], language: str) -> str
     return render(model, [{"role": "user", "content": request}, *chat[last + 1 :]])
 
 
-def encoded(model: Denoiser, messages: Sequence[Message], language: str) -> list[int]:
+def encoded(model: Denoiser, messages: Sequence[Message], language: str, shape: Shape | None = None) -> list[int]:
     try:
-        text = rendered(model, messages, language)
+        text = rendered(model, messages, language, shape)
     except Exception as error:  # a chat template's own refusal (jinja2's errors, raise_exception)
-        raise BadRequest(f"the model's chat template refused the messages: {error}", "messages") from None
+        # a shaped request's template refused what dcode adds for its shape (a system message) or its tools
+        param = "messages" if shape is None or not shape.structured else "tools" if shape.tools else "response_format"
+        raise BadRequest(f"the model's chat template refused the messages: {error}", param) from None
     return list(model.tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -123,7 +130,9 @@ def flat(system: list[Message], earlier: list[list[Message]], last: list[Message
     return [*system, *(m for turn in earlier for m in turn), *last]
 
 
-def prompt_ids(model: Denoiser, messages: Sequence[Message], language: str, answer: int) -> Prompt:
+def prompt_ids(
+    model: Denoiser, messages: Sequence[Message], language: str, answer: int, shape: Shape | None = None
+) -> Prompt:
     """The prompt for the conversation, leaving `answer` positions free in the model's context:
     the oldest turns cut first (by characters before tokenizing, then by tokens; fewest cut, found
     by bisection). A prompt that does not fit even then is returned whole: the caller refuses it."""
@@ -135,7 +144,7 @@ def prompt_ids(model: Denoiser, messages: Sequence[Message], language: str, answ
     cut = 0
     while bound is not None and cut < len(earlier) and fixed + sum(size[cut:]) > bound:
         cut += 1  # the characters alone say these cannot fit
-    ids = encoded(model, flat(system, earlier[cut:], last), language)
+    ids = encoded(model, flat(system, earlier[cut:], last), language, shape)
     if len(ids) + answer <= context or cut == len(earlier):
         return Prompt(ids, sum(len(t) for t in earlier[:cut]), 0)
     low, high = cut + 1, len(earlier)  # the fewest turns to cut is in [low, high]
@@ -143,11 +152,11 @@ def prompt_ids(model: Denoiser, messages: Sequence[Message], language: str, answ
     best = len(earlier)
     while low <= high:
         middle = (low + high) // 2
-        trial = encoded(model, flat(system, earlier[middle:], last), language)
+        trial = encoded(model, flat(system, earlier[middle:], last), language, shape)
         if len(trial) + answer <= context:
             high, fitting, best = middle - 1, trial, middle
         else:
             low = middle + 1
     if fitting is None:
-        fitting = encoded(model, flat(system, [], last), language)
+        fitting = encoded(model, flat(system, [], last), language, shape)
     return Prompt(fitting, sum(len(t) for t in earlier[:best]), len(ids) - len(fitting))

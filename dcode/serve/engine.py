@@ -104,7 +104,8 @@ class Engine:
         config, warning = self.settings(job), None
         if job.kind == "chat":
             wanted = job.max_tokens if job.max_tokens is not None else self.length
-            prompt = conversation.prompt_ids(model, job.messages, job.language, min(wanted, facts.max_length - 1))
+            answer = min(wanted, facts.max_length - 1)
+            prompt = conversation.prompt_ids(model, job.messages, job.language, answer, job.shape)
             prefix, suffix, warning = prompt.ids, [], prompt.warning(facts.max_length)
         else:
             bound = conversation.character_bound(model)
@@ -122,15 +123,34 @@ class Engine:
         except InputError as error:
             raise BadRequest(str(error), "max_tokens", code="context_length_exceeded") from None
         repair = self.repair_rounds > 0 if job.repair is None else job.repair
-        rounds = (self.repair_rounds or 3) if repair and job.kind == "chat" else 0
+        rounds = (self.repair_rounds or 3) if repair and job.kind == "chat" and not job.shape.structured else 0
+        self.check_grammar(job, bool(suffix))
         return Prepared(job, prefix, suffix, length, config, rounds, warning, least_tokens(job, length))
+
+    def check_grammar(self, job: Job, middle: bool) -> None:
+        """A 400 naming the field, before the model, when the request's grammar cannot run on this
+        model (its tokenizer is not one llguidance reads) or on a fill-in-the-middle."""
+        grammar = job.shape.grammar
+        if grammar is None:
+            return
+        param = "tools" if job.shape.calls else "response_format"
+        if middle:
+            raise BadRequest(f"'{param}' shapes a whole answer: it cannot take a 'suffix'", param)
+        from dcode.constrain import GrammarError
+
+        try:  # the draft's own constraint (it caches llguidance's view of the vocabulary: once)
+            LocalFiller(self.model, self.config, grammar=grammar).constraint()
+        except GrammarError as error:
+            raise BadRequest(f"'{param}' cannot be enforced with {self.served}: {error}", param) from None
 
     def events(self, prepared: Prepared) -> Iterator[Event]:
         """The flow a job runs, over the local filler on the BatchingDenoiser: `new` for a chat (its
-        prefix the templated conversation), `complete` for a completion (prefix, masks, suffix)."""
+        prefix the templated conversation), `complete` for a completion (prefix, masks, suffix) and
+        for a shaped chat (response_format, tools: its grammar's answer, as written, not repaired)."""
         job = prepared.job
-        filler = LocalFiller(self.batcher, prepared.config, prepared.prefix, prepared.suffix, least=prepared.least)
-        if job.kind == "chat":
+        config, least, grammar = prepared.config, prepared.least, job.shape.grammar
+        filler = LocalFiller(self.batcher, config, prepared.prefix, prepared.suffix, least=least, grammar=grammar)
+        if job.kind == "chat" and not job.shape.structured:
             return flows.new(filler, job.text, job.language, prepared.length, prepared.rounds, self.repair_tries)
         return flows.complete(filler, prepared.length)
 
@@ -204,12 +224,11 @@ class Engine:
                 if isinstance(event, Step):
                     event = reply.stopped(event, time.perf_counter() - began) or event
                 if isinstance(event, Finished):
-                    text, reason, metadata, last = reply.finish(event)
-                    for out in last:
+                    answer = reply.finish(event)
+                    for out in answer.chunks:
                         emit("chunk", out)
-                    emit(
-                        "final", reply.completion(text, reason, wire.usage(event.prompt_tokens, event.tokens), metadata)
-                    )
+                    used = wire.usage(event.prompt_tokens, event.tokens)
+                    emit("final", reply.completion(answer, used))
                     return  # (an answer ended by a stop string: closing the stream stops its sampling)
                 for out in reply.on_event(event, time.perf_counter() - began):
                     emit("chunk", out)

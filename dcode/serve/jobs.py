@@ -6,7 +6,9 @@ top_p and the penalties within OpenAI's ranges), the serving world's `ignore_eos
 (vLLM, SGLang, llama.cpp), and dcode's (`diffusing`, and a `dcode` object with `repair`,
 `language` and sampler options by name), their
 JSON types, and text the tokenizer can take (no lone surrogate). Sampler options are read by the
-declarations of dcode.options (dcode.serve.settings): nothing here re-declares one. Unknown
+declarations of dcode.options (dcode.serve.settings): nothing here re-declares one; the answer's
+shape (response_format, tools, tool_choice, parallel_tool_calls, and past tool calls in the
+messages) is dcode.serve.shaping's. Unknown
 top-level fields are ignored, as OpenAI-compatible servers do; an unknown key in the `dcode` object
 is refused. Pure Python: no torch, no web framework; nothing here reaches the model.
 """
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dcode.config import EFFORTS
+from dcode.serve import shaping
 from dcode.serve.settings import BY_KEY, SettingError, checked, json_type, read_options
+from dcode.serve.shaping import Shape
 from dcode.serve.wire import Kind
 
 # OpenAI's message roles; another role next to a user message is refused, as OpenAI does.
@@ -75,6 +79,7 @@ class Job:
     stop: tuple[str, ...] = ()
     messages: tuple[tuple[str, str], ...] = ()  # chat: the whole conversation, (role, text) with ROLES' roles
     effort: str | None = None  # reasoning_effort (OpenAI's, Mercury's): the family's decoding at that level
+    shape: Shape = Shape()  # response_format and tools: the answer's form and its grammar (free text)
 
 
 def reject_constant(name: str) -> Any:
@@ -137,7 +142,9 @@ def message_text(content: Any, param: str) -> str:
 
 
 def conversation(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The chat's messages as (role, text): every role one of OpenAI's, at least one user message."""
+    """The chat's messages as (role, text): every role one of OpenAI's, at least one user message;
+    an assistant's `tool_calls` as the `<tool_call>` blocks the model writes (dcode.serve.shaping).
+    SettingError (a malformed tool call) is the caller's to answer."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list", "messages")
@@ -151,7 +158,13 @@ def conversation(body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
             raise BadRequest(
                 f"'messages[{i}].role' is {message['role']!r}; it must be one of {choices}", f"messages[{i}].role"
             )
-        out.append((role, message_text(message.get("content"), f"messages[{i}].content")))
+        text = message_text(message.get("content"), f"messages[{i}].content")
+        if role == "assistant" and message.get("tool_calls") is not None:
+            text = shaping.history_calls(text, message["tool_calls"], f"messages[{i}].tool_calls")
+        call_id = message.get("tool_call_id")
+        if role == "tool" and call_id is not None and not isinstance(call_id, str):
+            raise BadRequest(f"'messages[{i}].tool_call_id' must be a string", f"messages[{i}].tool_call_id")
+        out.append((role, text))
     if not any(role == "user" for role, _ in out):
         raise BadRequest("'messages' has no user message", "messages")
     return tuple(out)
@@ -225,9 +238,12 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         raise BadRequest(
             f"the model '{model}' does not exist; this server serves '{served}'", "model", 404, "model_not_found"
         )
-    messages: tuple[tuple[str, str], ...] = ()
+    try:
+        messages = conversation(body) if kind == "chat" else ()
+        shape = shaping.shaped(kind, body)
+    except SettingError as error:
+        raise BadRequest(str(error), error.param) from None
     if kind == "chat":
-        messages = conversation(body)
         text, suffix = [content for role, content in messages if role == "user"][-1], None
     else:
         text, suffix = prompt_and_suffix(body)
@@ -253,4 +269,5 @@ def parse(kind: Kind, body: dict[str, Any], served: str) -> Job:
         stop=stops(body),
         messages=messages,
         effort=effort_of(body),
+        shape=shape,
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dcode.config import SamplerConfig
@@ -19,7 +19,7 @@ from dcode.events import Event, Finished, RepairRound, Step
 from dcode.localfill import answer_ids, decode
 from dcode.models.base import Denoiser
 from dcode.render import Describer, Frame
-from dcode.serve import wire
+from dcode.serve import calls, wire
 from dcode.serve.jobs import BadRequest, Job
 
 
@@ -35,6 +35,17 @@ class Prepared:
     rounds: int  # repair rounds (0: off)
     warning: str | None = None  # what was cut from the prompt to fit the context, for the client
     least: int = 0  # answer positions that hold no end token: ignore_eos (all of them) or min_tokens
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished request: what its completion holds, and the chunks that end its stream."""
+
+    text: str  # the content ("" when the answer is nothing but tool calls)
+    reason: str  # finish_reason: stop, length, tool_calls
+    metadata: dict[str, Any]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's message.tool_calls
+    chunks: list[dict[str, Any]] = field(default_factory=list)
 
 
 def shutdown_error() -> BadRequest:
@@ -85,9 +96,14 @@ class Reply:
         self.frame: Frame | None = None
         self.created = int(time.time())  # every chunk of the stream, and the answer, carry this one
         self._settled: tuple[Step, list[int], str] | None = None  # the last step's, decoded once
+        self.calls = calls.CallStream()  # a tool-calling answer's deltas sent so far, and its call ids
 
     def chunk(
-        self, text: str | None, finish: str | None = None, extension: dict[str, Any] | None = None
+        self,
+        text: str | None,
+        finish: str | None = None,
+        extension: dict[str, Any] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         kind, warning = self.job.kind, self.prepared.warning if self.first else None
         out = wire.chunk(
@@ -100,21 +116,23 @@ class Reply:
             first=self.first,
             extension=extension,
             warning=warning,
+            tool_calls=tool_calls or (),
         )
         self.first = False
         return out
 
-    def completion(self, text: str, reason: str, used: dict[str, int], metadata: dict[str, Any]) -> dict[str, Any]:
+    def completion(self, answer: Answer, used: dict[str, int]) -> dict[str, Any]:
         return wire.completion(
             self.job.kind,
             self.ident,
             self.served,
-            text,
-            reason,
+            answer.text,
+            answer.reason,
             used,
-            metadata,
+            answer.metadata,
             created=self.created,
             warning=self.prepared.warning,
+            tool_calls=answer.tool_calls,
         )
 
     def stopped(self, step: Step, elapsed: float) -> Finished | None:
@@ -124,10 +142,15 @@ class Reply:
         if not self.job.stop or prepared.rounds:
             return None
         ids, text = self.settled(step)
-        if not cut_at_stop(text, self.job.stop)[1]:
+        if not cut_at_stop(text, self.stops(text))[1]:
             return None
         prompt = len(prepared.prefix) + len(prepared.suffix)
         return Finished(text, prompt, len(ids), prepared.length, step.forward, elapsed)
+
+    def stops(self, text: str) -> tuple[str, ...]:
+        """The stop strings that end this answer: none for an answer of tool calls (a stop string
+        would cut a call's JSON), the request's for text."""
+        return () if self.job.shape.calls and calls.is_calls(text) else self.job.stop
 
     def settled(self, step: Step) -> tuple[list[int], str]:
         """The answer's left-to-right prefix that holds no mask, as ids and as text: decoded once a
@@ -138,7 +161,10 @@ class Reply:
         return self._settled[1], self._settled[2]
 
     def text_of(self, ids: list[int]) -> str:
-        text = decode(self.model, ids)
+        return self.text_of_answer(decode(self.model, ids))
+
+    def text_of_answer(self, text: str) -> str:
+        """A chat answer starts at its first line that is not empty (a streamed one as the final one)."""
         return text.lstrip("\n") if self.job.kind == "chat" else text
 
     def settled_ids(self, step: Step) -> list[int]:
@@ -165,22 +191,43 @@ class Reply:
             return []
         if not isinstance(event, Step) or self.prepared.rounds:  # repair may change any of it: send at the end
             return []
-        text, _ = cut_at_stop(self.settled(event)[1], self.job.stop)
-        now = held_back(text, self.job.stop, self.job.kind == "chat")
+        settled = self.settled(event)[1]
+        stops = self.stops(settled)
+        text, _ = cut_at_stop(settled, stops)
+        now = held_back(text, stops, self.job.kind == "chat")
+        if self.job.shape.calls and calls.is_calls(now):
+            deltas = self.calls.deltas(now)
+            return [self.chunk(None, tool_calls=deltas)] if deltas else []
         if len(now) > len(self.sent) and now.startswith(self.sent):
             delta, self.sent = now[len(self.sent) :], now
             return [self.chunk(delta)]
         return []
 
-    def finish(self, done: Finished) -> tuple[str, str, dict[str, Any], list[dict[str, Any]]]:
-        """(answer text, finish reason, metadata, the stream's last chunks)."""
-        text, stopped = cut_at_stop(done.code, self.job.stop)
+    def finish(self, done: Finished) -> Answer:
+        """The answer: its text, tool calls, finish reason and metadata, and the stream's last chunks.
+        A shaped answer whose grammar did not complete ran out of room: "length", as OpenAI says
+        (a tool-calling one keeps the calls it completed: a weak model may call on and on)."""
+        code = self.text_of_answer(done.code)
+        text, stopped = cut_at_stop(code, self.stops(code))
         ended = done.tokens < done.masks or (done.repair is not None and done.repair.rounds > 0)
         reason = "stop" if stopped or ended or self.prepared.suffix else "length"
+        if done.extra.get("grammar") == "incomplete":
+            reason = "length"
         metadata = {"model": self.model.facts.name, "language": self.job.language, **done.metadata()}
+        called = self.job.shape.calls and calls.is_calls(text)
+        made = calls.tool_calls(text, self.calls.ids) if called else []  # the calls it completed
+        if called:  # out of room, it still says so ("length"), with the calls it completed
+            text, reason = "", "tool_calls" if reason != "length" else reason
+        answer = Answer(text, reason, metadata, made)
         if not self.job.stream:
-            return text, reason, metadata, []
+            return answer
         if self.job.diffusing:
-            return text, reason, metadata, [self.chunk(text, reason, wire.finished_event(text, metadata))]
-        rest = text[len(self.sent) :] if text.startswith(self.sent) else ""
-        return text, reason, metadata, [self.chunk(rest, reason)]
+            indexed = [{"index": i, **call} for i, call in enumerate(made)]  # a stream's calls carry their index
+            last = self.chunk(text, reason, wire.finished_event(text, metadata), indexed)
+            return replace(answer, chunks=[last])
+        if called:
+            deltas = self.calls.deltas(code)
+            rest = [self.chunk(None, tool_calls=deltas)] if deltas else []
+            return replace(answer, chunks=[*rest, self.chunk(None, reason)])
+        tail = text[len(self.sent) :] if text.startswith(self.sent) else ""
+        return replace(answer, chunks=[self.chunk(tail, reason)])

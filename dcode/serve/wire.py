@@ -55,12 +55,16 @@ def completion(
     *,
     created: int,
     warning: str | None = None,
+    tool_calls: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """A finished `chat.completion` or `text_completion` made at `created` (Unix seconds), with
-    dcode's metadata under "dcode", and `warning` when the prompt was cut to fit."""
+    dcode's metadata under "dcode", and `warning` when the prompt was cut to fit. A chat answer
+    that calls tools has them as `tool_calls`, and content null when it is nothing but calls."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
     if kind == "chat":
-        choice["message"] = {"role": "assistant", "content": text}
+        choice["message"] = {"role": "assistant", "content": text or None if tool_calls else text}
+        if tool_calls:
+            choice["message"]["tool_calls"] = [dict(call) for call in tool_calls]
     else:
         choice["text"] = text
     out = {
@@ -88,15 +92,19 @@ def chunk(
     first: bool = False,
     extension: Mapping[str, Any] | None = None,
     warning: str | None = None,
+    tool_calls: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """One stream chunk: `text` is the delta (appended streams) or the whole canvas (diffusing
     streams); `created` is the stream's (every chunk of a stream has the same); `first` adds the
-    chat role; `extension` is the dcode field; `warning` says the prompt was cut to fit."""
+    chat role; `extension` is the dcode field; `warning` says the prompt was cut to fit;
+    `tool_calls` are OpenAI's tool-call deltas (index, and id, type and name when a call starts)."""
     choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
     if kind == "chat":
         delta: dict[str, Any] = {"role": "assistant"} if first else {}
         if text is not None:
             delta["content"] = text
+        if tool_calls:
+            delta["tool_calls"] = [dict(call) for call in tool_calls]
         choice["delta"] = delta
     else:
         choice["text"] = text or ""
