@@ -261,6 +261,38 @@ def test_missing_fields_and_another_model_are_refused_as_openai_does(
     assert answer.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("path", ["/v1/apply/completions", "/v1/edit/completions"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("response_format", {"type": "json_object"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("parallel_tool_calls", False),
+    ],
+)
+def test_a_shaped_answer_is_refused_naming_the_field_not_ignored(
+    server: Served, path: str, field: str, value: Any
+) -> None:
+    content = apply_content(CALC, SNIPPET) if "apply" in path else NEXT_EDIT
+    for stream in (False, True):  # refused before any stream starts
+        body = {"messages": [{"role": "user", "content": content}], field: value, "stream": stream}
+        answer = post(server.url, path, body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["param"] == field and error["type"] == "invalid_request_error"
+        assert f"'{field}' is not supported here" in error["message"]
+
+
+def test_a_text_response_format_is_what_an_editing_path_answers_anyway(server: Served) -> None:
+    snippet = "# ... existing code ...\n    def neg(self, a):\n        return -a\n"  # already there: no pass
+    body = {"messages": [{"role": "user", "content": apply_content(CALC, snippet)}], "response_format": {"type": "text"}}
+    answer = post(server.url, "/v1/apply/completions", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == CALC
+
+
 # ---------------------------------------------------------------------------------------------
 # dcode edit --endpoint: the apply path where the server has one
 

@@ -55,6 +55,9 @@ CURSOR = "<|cursor|>"
 WINDOW = 5  # lines after the cursor's that next edit rewrites when the request marks no region (Continue's)
 NEXT_EDIT = "Make the next edit the developer would make in {where}, at the cursor, continuing their recent edits."
 FIELD = "messages"  # what a refusal names: the user message's content, as Mercury's own 400s do
+# The answer's shape and tools (chat's, dcode.serve.shaping): an editing path answers code, so a
+# body that asks for JSON or tool calls is refused by name rather than answered without them.
+SHAPING = ("response_format", "tools", "tool_choice", "parallel_tool_calls")
 
 
 @dataclass(frozen=True)
@@ -228,12 +231,23 @@ def next_edit_plan(text: str, sizer: Sizer) -> Plan:
     raise sizer.refuse("the <|code_to_edit|> region")
 
 
+def unshaped(body: dict[str, Any]) -> None:
+    """BadRequest naming the first field of SHAPING the body sends (`response_format` {"type": "text"},
+    what every answer here is, passes): an editing path answers code, never JSON or tool calls."""
+    for name in SHAPING:
+        value = body.get(name)
+        if value is not None and not (name == "response_format" and value == {"type": "text"}):
+            message = f"'{name}' is not supported here: this path answers code (send it to /v1/chat/completions)"
+            raise BadRequest(message, name)
+
+
 def prepare(engine: Engine, path: Path, raw: bytes) -> tuple[Prepared, Plan]:
     """A request body -> the Prepared job (sampler settings, stream options) and its plan; BadRequest
     for a body that is not Mercury's shape or does not fit. Tokenizes: run it off the event loop."""
     from dcode.syntax import detect_language
 
     body = parse_body(raw)
+    unshaped(body)
     job = parse("chat", body, engine.served)  # model, messages, max_tokens, sampling, stream, the dcode object
     explicit = body["dcode"].get("language") if isinstance(body.get("dcode"), dict) else None
     if path == "apply":
