@@ -310,6 +310,48 @@ def test_edit_with_an_update_snippet_goes_to_a_dcode_servers_apply_path(server: 
     assert done.stdout == local and path.read_text() == CALC
 
 
+# two parts, each a changed method: two regions, the class line and the blank line between them kept
+TWO_PARTS = (
+    "# ... existing code ...\n    def add(self, a, b):\n        return a + b\n# ... existing code ...\n"
+    "    def neg(self, a):\n        return 0 - a\n"
+)
+
+
+@pytest.mark.parametrize("where", ["local", "endpoint"])
+def test_edit_with_a_snippet_writes_what_dcode_serves_apply_path_writes(
+    server: Served, tmp_path: Path, where: str
+) -> None:
+    """One flow whatever fills the masks: the local model places the parts and regenerates only
+    those regions (dcode.merge), as the server's apply path does for the same file and snippet."""
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    remote = ["--endpoint", server.url] if where == "endpoint" else []
+    done = dcode(
+        "edit", str(path), "--instruct", TWO_PARTS, *remote, "--no-repair", "-o", "-", "-q",
+        env={"DCODE_ENDPOINT_KEY": KEY},
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    body = {"messages": [{"role": "user", "content": apply_content(CALC, TWO_PARTS)}], "dcode": {"repair": False}}
+    applied = post(server.url, "/v1/apply/completions", body).json()
+    merged = applied["choices"][0]["message"]["content"]
+    placed = [[p.start, p.end] for p in snippets.place(CALC, TWO_PARTS)]
+    assert applied["dcode"]["regions"] == placed and len(placed) == 2
+    (a0, b0), (a1, b1) = placed  # the class line, the blank line between the methods, the end: kept
+    assert merged.startswith(CALC[:a0]) and merged.endswith(CALC[b1:]) and CALC[b0:a1] in merged[a0:]
+    assert done.stdout == merged and path.read_text() == CALC
+
+
+def test_local_edit_with_a_snippet_already_in_the_file_changes_nothing_without_a_pass(tmp_path: Path) -> None:
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    unchanged = "# ... existing code ...\n    def neg(self, a):\n        return -a\n"
+    done = dcode("edit", str(path), "--instruct", unchanged, "--json", "-q")
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["changed"] is False and report["forward_passes"] == 0 and report["snippet_regions"] == []
+    assert path.read_text() == CALC and not (tmp_path / "calc.py.orig").exists()
+
+
 def mercury_fake(merged: str) -> Any:
     """A test fake of Mercury Edit: /v1/apply/completions answers one chat.completion (not
     streamed, as ProxyAI's Inception client reads it); other paths are not there."""
