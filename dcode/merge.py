@@ -83,7 +83,7 @@ def combined(filler: Filler, source: str, placed: Sequence[Region], done: Sequen
     if not done:
         found = check_span(source, language, (0, 0))
         errors = None if found is None else found[0]
-        nothing = {"snippet_regions": []}
+        nothing: dict[str, object] = {"snippet_regions": []}
         return Edited(
             source, (0, 0), (0, 0), 0, None, None, 0, 0, 0, 0.0, errors, errors, unit=filler.unit, extra=nothing
         )

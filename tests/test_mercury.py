@@ -287,7 +287,8 @@ def test_a_shaped_answer_is_refused_naming_the_field_not_ignored(
 
 def test_a_text_response_format_is_what_an_editing_path_answers_anyway(server: Served) -> None:
     snippet = "# ... existing code ...\n    def neg(self, a):\n        return -a\n"  # already there: no pass
-    body = {"messages": [{"role": "user", "content": apply_content(CALC, snippet)}], "response_format": {"type": "text"}}
+    messages = [{"role": "user", "content": apply_content(CALC, snippet)}]
+    body = {"messages": messages, "response_format": {"type": "text"}}
     answer = post(server.url, "/v1/apply/completions", body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["choices"][0]["message"]["content"] == CALC
