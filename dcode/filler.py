@@ -47,6 +47,17 @@ class Draft:
 
 
 @dataclass(frozen=True)
+class Region:
+    """A byte span of a file to regenerate, the instruction it is regenerated with and its masks
+    (an update snippet's part where dcode.merge placed it)."""
+
+    start: int
+    end: int
+    instruction: str
+    length: int
+
+
+@dataclass(frozen=True)
 class Identity:
     """Who fills, as the summary line, a --json report and the history name it (never a key)."""
 
@@ -127,6 +138,14 @@ class Filler(Protocol):
         self, source: str, region: tuple[int, int], instruction: str, language: str, length: int | None, name: str
     ) -> Generator[Event, None, Draft]:
         """The new text of the byte span `region` of source, as `instruction` asks."""
+        ...
+
+    def placed(
+        self, source: str, region: tuple[int, int], snippet: str, language: str, length: int | None, name: str
+    ) -> tuple[Region, ...] | None:
+        """Where this filler regenerates an update snippet's parts in the byte span `region` of
+        source, each sized for its model (dcode.merge.regions; `length` caps each), or None when it
+        takes the snippet whole (a server's apply path places it)."""
         ...
 
     def plan(

@@ -139,7 +139,7 @@ def edit(
     if written is None:
         raise FillError(f"the new text for {name} repeats the code after the region; nothing written")
     text = fit_region(written, old, newline_of(source))
-    original = _check(source, language, region)
+    original = check_span(source, language, region)
     checked = yield from repair_edit(
         filler, instruction, source, before + text + after, (a, a + len(text.encode())), language, original,
         repair_rounds, repair_tries,
@@ -164,7 +164,7 @@ def edit(
     )
 
 
-def _check(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:
+def check_span(code: str, language: str, span: tuple[int, int]) -> tuple[int, bool] | None:
     """(syntax issues in code, whether one touches the byte span), or None for a language dcode
     cannot check."""
     try:
@@ -180,7 +180,7 @@ class Checked:
 
     code: str
     new_region: tuple[int, int]
-    found: tuple[int, bool] | None  # as _check() says of code
+    found: tuple[int, bool] | None  # as check_span() says of code
     repaired: Repaired | None
     used: bool
 
@@ -200,7 +200,7 @@ def repair_edit(
     every byte outside the region is intact. Yields the repair's events; returns the Checked result."""
     a = new_region[0]
     data, suffix = source.encode(), code.encode()[new_region[1] :]
-    found = _check(code, language, new_region)
+    found = check_span(code, language, new_region)
     repaired: Repaired | None = None
     used = False
     if found is not None and found[0] and rounds > 0 and (found[1] or found[0] > (original or (0,))[0]):
@@ -210,7 +210,7 @@ def repair_edit(
         if repaired.code != code and intact:
             code, used = repaired.code, True
             new_region = (a, len(fixed) - len(suffix))
-            found = _check(code, language, new_region)
+            found = check_span(code, language, new_region)
     return Checked(code, new_region, found, repaired, used)
 
 

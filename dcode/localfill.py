@@ -21,8 +21,9 @@ import torch
 
 from dcode.config import SamplerConfig
 from dcode.events import Event, Span, Started, Step, Unit
-from dcode.filler import Draft, Fills, Identity, Plan, Reading
+from dcode.filler import Draft, Fills, Identity, Plan, Reading, Region
 from dcode.flows import InputError, check_room
+from dcode.merge import TooLong, regions
 from dcode.models import chat
 from dcode.models.base import Denoiser, ModelFacts
 from dcode.repair import Refill, culprits, fill, refills, replays, retry, snap, tokenize
@@ -100,6 +101,32 @@ def edit_budget(region_tokens: int) -> int:
     """Masks for a region of n tokens: n plus max(16, 50%) of room, so an edit may add lines.
     Example: edit_budget(10) -> 26; edit_budget(100) -> 150."""
     return region_tokens + max(16, -(-region_tokens // 2))
+
+
+class Sizer:
+    """dcode.merge.Sizer on a model: a region's masks for its text or the new text, whichever is
+    longer, plus room to grow (edit_budget), within the context beside the instruction's prompt and
+    at most `max_tokens` (a server's max_tokens, `dcode edit --length`)."""
+
+    def __init__(self, model: Denoiser, language: str, max_tokens: int | None) -> None:
+        self.model, self.language, self.max_tokens = model, language, max_tokens
+        self.limit = model.facts.max_length
+
+    def tokens(self, text: str) -> int:
+        return len(self.model.tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+    def region(self, source: str, start: int, end: int, instruction: str, new: str = "") -> Region | None:
+        need = max(self.tokens(source.encode()[start:end].decode()), self.tokens(new), 1)
+        prompt = len(prompt_ids(self.model, instruction, self.language))
+        length = min(edit_budget(need), self.limit - prompt)
+        if self.max_tokens is not None:
+            length = min(length, self.max_tokens)
+        if length < min(need, self.max_tokens or need):
+            return None
+        return Region(start, end, instruction, length)
+
+    def too_long(self, what: str) -> TooLong:
+        return TooLong(f"{what} does not fit the model's context of {self.limit} tokens with room to rewrite it")
 
 
 @dataclass(frozen=True)
@@ -280,6 +307,11 @@ class LocalFiller:
             context_tokens=layout.context_tokens, region_tokens=layout.region_tokens,
             extra={"window": window, "edits": last.edits},
         )  # fmt: skip
+
+    def placed(
+        self, source: str, region: tuple[int, int], snippet: str, language: str, length: int | None, name: str
+    ) -> tuple[Region, ...]:
+        return regions(source, region, snippet, Sizer(self.denoiser, language, length), name)
 
     def plan(
         self, text: str, spans: Sequence[tuple[int, int, str]], request: str, language: str, blamed: Sequence[Issue]

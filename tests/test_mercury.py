@@ -261,6 +261,39 @@ def test_missing_fields_and_another_model_are_refused_as_openai_does(
     assert answer.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("path", ["/v1/apply/completions", "/v1/edit/completions"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("response_format", {"type": "json_object"}),
+        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("parallel_tool_calls", False),
+    ],
+)
+def test_a_shaped_answer_is_refused_naming_the_field_not_ignored(
+    server: Served, path: str, field: str, value: Any
+) -> None:
+    content = apply_content(CALC, SNIPPET) if "apply" in path else NEXT_EDIT
+    for stream in (False, True):  # refused before any stream starts
+        body = {"messages": [{"role": "user", "content": content}], field: value, "stream": stream}
+        answer = post(server.url, path, body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["param"] == field and error["type"] == "invalid_request_error"
+        assert f"'{field}' is not supported here" in error["message"]
+
+
+def test_a_text_response_format_is_what_an_editing_path_answers_anyway(server: Served) -> None:
+    snippet = "# ... existing code ...\n    def neg(self, a):\n        return -a\n"  # already there: no pass
+    messages = [{"role": "user", "content": apply_content(CALC, snippet)}]
+    body = {"messages": messages, "response_format": {"type": "text"}}
+    answer = post(server.url, "/v1/apply/completions", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == CALC
+
+
 # ---------------------------------------------------------------------------------------------
 # dcode edit --endpoint: the apply path where the server has one
 
@@ -276,6 +309,48 @@ def test_edit_with_an_update_snippet_goes_to_a_dcode_servers_apply_path(server: 
     asked = {"max_tokens": fill_budget(CALC, 32), "temperature": 0.0}  # what the client sends for the region
     _, local, _ = local_edits(server, "apply", apply_content(CALC, SNIPPET), **asked)
     assert done.stdout == local and path.read_text() == CALC
+
+
+# two parts, each a changed method: two regions, the class line and the blank line between them kept
+TWO_PARTS = (
+    "# ... existing code ...\n    def add(self, a, b):\n        return a + b\n# ... existing code ...\n"
+    "    def neg(self, a):\n        return 0 - a\n"
+)
+
+
+@pytest.mark.parametrize("where", ["local", "endpoint"])
+def test_edit_with_a_snippet_writes_what_dcode_serves_apply_path_writes(
+    server: Served, tmp_path: Path, where: str
+) -> None:
+    """One flow whatever fills the masks: the local model places the parts and regenerates only
+    those regions (dcode.merge), as the server's apply path does for the same file and snippet."""
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    remote = ["--endpoint", server.url] if where == "endpoint" else []
+    done = dcode(
+        "edit", str(path), "--instruct", TWO_PARTS, *remote, "--no-repair", "-o", "-", "-q",
+        env={"DCODE_ENDPOINT_KEY": KEY},
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    body = {"messages": [{"role": "user", "content": apply_content(CALC, TWO_PARTS)}], "dcode": {"repair": False}}
+    applied = post(server.url, "/v1/apply/completions", body).json()
+    merged = applied["choices"][0]["message"]["content"]
+    placed = [[p.start, p.end] for p in snippets.place(CALC, TWO_PARTS)]
+    assert applied["dcode"]["regions"] == placed and len(placed) == 2
+    (a0, b0), (a1, b1) = placed  # the class line, the blank line between the methods, the end: kept
+    assert merged.startswith(CALC[:a0]) and merged.endswith(CALC[b1:]) and CALC[b0:a1] in merged[a0:]
+    assert done.stdout == merged and path.read_text() == CALC
+
+
+def test_local_edit_with_a_snippet_already_in_the_file_changes_nothing_without_a_pass(tmp_path: Path) -> None:
+    path = tmp_path / "calc.py"
+    path.write_text(CALC)
+    unchanged = "# ... existing code ...\n    def neg(self, a):\n        return -a\n"
+    done = dcode("edit", str(path), "--instruct", unchanged, "--json", "-q")
+    assert done.exit_code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["changed"] is False and report["forward_passes"] == 0 and report["snippet_regions"] == []
+    assert path.read_text() == CALC and not (tmp_path / "calc.py.orig").exists()
 
 
 def mercury_fake(merged: str) -> Any:

@@ -38,7 +38,7 @@ def edit_command(
     """Change FILE as an instruction asks: the whole file, --lines A-B or --symbol NAME is
     regenerated and every other byte is kept. In place (backup FILE.orig) unless --diff, --dry-run
     or -o. Exit 0 done, 3 the edit broke the syntax (nothing written if FILE parsed before)."""
-    from dcode import flows
+    from dcode import merge
 
     # 1) validate everything that needs no model, so bad input costs nothing and touches no file
     chosen, out = run.own, run.output
@@ -52,8 +52,9 @@ def edit_command(
 
     # 2) generate, drawing the live view on a terminal; FILE is not touched meanwhile
     length, rounds, tries, name = run.length, run.repair.rounds, run.repair.tries, str(file)
+    # (an update snippet: each part placed and regenerated, as `dcode serve`'s apply path does)
     filler, edited = run_flow(
-        run, lambda f: flows.edit(f, source, region, text, language, length, rounds, name, tries), Edited, language
+        run, lambda f: merge.edit(f, source, region, text, language, length, rounds, name, tries), Edited, language
     )
 
     # 3) deliver: a diff, the file in place (after a backup), another file or stdout; never a

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dcode.config import retried
 from dcode.events import Drawn, Event, Frame, Span, Started, Unit, relayed
-from dcode.filler import Draft, Fills, Identity, Plan, Reading
+from dcode.filler import Draft, Fills, Identity, Plan, Reading, Region
 from dcode.remote import apply as applying
 from dcode.remote import fill
 from dcode.remote.client import Endpoint
@@ -140,6 +140,11 @@ class EndpointFiller:
             answer.text, answer.prompt_tokens, answer.tokens, ask.max_tokens, answer.chunks, answer.seconds,
             self.unit, extra=stream_keys(answer),
         )  # fmt: skip
+
+    def placed(
+        self, source: str, region: tuple[int, int], snippet: str, language: str, length: int | None, name: str
+    ) -> tuple[Region, ...] | None:
+        return None  # the snippet goes whole to the server's apply path, which places it (dcode.remote.apply)
 
     def plan(
         self, text: str, spans: Sequence[tuple[int, int, str]], request: str, language: str, blamed: Sequence[Issue]

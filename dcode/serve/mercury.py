@@ -15,10 +15,11 @@ a chat-shaped body whose one user message carries the text in tags, answered as 
       src/mercury.rs strips "```\\n" and "\\n```"; continue core/nextEdit/providers/
       MercuryCoderNextEditProvider.ts slices between them)
 
-Both run dcode.flows.edit over dcode.localfill.LocalFiller, through the engine's slots, queue and
-batched passes: apply rewrites each region of the file a part of the snippet changes (located by
-dcode.snippets, the part as the instruction), or the whole file with the whole snippet when a part
-cannot be located; next edit rewrites the <|code_to_edit|> region (or the cursor's line and the 5
+Both run dcode.merge.edits (dcode.flows.edit over each region) over dcode.localfill.LocalFiller,
+through the engine's slots, queue and batched passes: apply rewrites each region of the file a part
+of the snippet changes (dcode.merge.regions, the code a local `dcode edit` with a snippet runs: the
+part located by dcode.snippets, as the instruction), or the whole file with the whole snippet when
+a part cannot be located; next edit rewrites the <|code_to_edit|> region (or the cursor's line and the 5
 after it, Continue's window, when there is none) with the recent edits as the instruction. A
 streamed answer is the role chunk at once, then the answer in one delta (an appended stream cannot
 take text back, and every region must be done first). Errors are OpenAI's shape, naming the field.
@@ -34,19 +35,23 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from threading import Event as Flag
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 
-from dcode import flows, snippets
+from dcode import merge
 from dcode.events import Edited
-from dcode.filler import FillError
+from dcode.filler import FillError, Region
 from dcode.flows import InputError
+from dcode.merge import TooLong
 from dcode.serve import wire
 from dcode.serve.batching import RequestCancelled
 from dcode.serve.engine import Emit, Engine, Runner
 from dcode.serve.jobs import BadRequest, parse, parse_body
 from dcode.serve.replies import Prepared
+
+if TYPE_CHECKING:
+    from dcode.localfill import Sizer
 
 Path = Literal["apply", "edit"]
 Accept = Callable[[Request], Awaitable[bytes]]  # a POST's checks, then its body
@@ -55,16 +60,9 @@ CURSOR = "<|cursor|>"
 WINDOW = 5  # lines after the cursor's that next edit rewrites when the request marks no region (Continue's)
 NEXT_EDIT = "Make the next edit the developer would make in {where}, at the cursor, continuing their recent edits."
 FIELD = "messages"  # what a refusal names: the user message's content, as Mercury's own 400s do
-
-
-@dataclass(frozen=True)
-class Region:
-    """A byte span of the file to regenerate, the instruction it is regenerated with, its masks."""
-
-    start: int
-    end: int
-    instruction: str
-    length: int
+# The answer's shape and tools (chat's, dcode.serve.shaping): an editing path answers code, so a
+# body that asks for JSON or tool calls is refused by name rather than answered without them.
+SHAPING = ("response_format", "tools", "tool_choice", "parallel_tool_calls")
 
 
 @dataclass(frozen=True)
@@ -163,48 +161,26 @@ def next_edit_instruction(path: str, history: str, viewed: str, keep: int) -> st
 # Plans, sized to the model
 
 
-class Sizer:
-    """Token counts and mask budgets for the regions of one request, on the engine's model."""
+def sizer_for(engine: Engine, language: str, max_tokens: int | None) -> Sizer:
+    """dcode.localfill.Sizer on the engine's model (torch: the engine has it loaded)."""
+    from dcode.localfill import Sizer
 
-    def __init__(self, engine: Engine, language: str, max_tokens: int | None) -> None:
-        from dcode.localfill import edit_budget, prompt_ids
+    return Sizer(engine.model, language, max_tokens)
 
-        self.model, self.language, self.max_tokens = engine.model, language, max_tokens
-        self.budget, self.prompt_ids = edit_budget, prompt_ids
-        self.limit = engine.model.facts.max_length
 
-    def tokens(self, text: str) -> int:
-        return len(self.model.tokenizer.encode(text, add_special_tokens=False)) if text else 0
-
-    def region(self, source: str, start: int, end: int, instruction: str, new: str = "") -> Region | None:
-        """The region with masks for its text or the new text, whichever is longer, plus room to
-        grow (as `dcode edit` gives); None when that and the instruction do not fit the context."""
-        data = source.encode()
-        need = max(self.tokens(data[start:end].decode()), self.tokens(new), 1)
-        prompt = len(self.prompt_ids(self.model, instruction, self.language))
-        length = min(self.budget(need), self.limit - prompt)
-        if self.max_tokens is not None:
-            length = min(length, self.max_tokens)
-        if length < min(need, self.max_tokens or need):
-            return None
-        return Region(start, end, instruction, length)
-
-    def refuse(self, what: str) -> BadRequest:
-        message = f"{what} does not fit the model's context of {self.limit} tokens with room to rewrite it"
-        return BadRequest(message, FIELD, code="context_length_exceeded")
+def too_long(error: TooLong) -> BadRequest:
+    return BadRequest(str(error), FIELD, code="context_length_exceeded")
 
 
 def apply_plan(text: str, sizer: Sizer, name: str) -> Plan:
-    """An apply request's plan: each placed part of the snippet, or the whole file."""
+    """An apply request's plan: each placed part of the snippet, or the whole file (dcode.merge.regions,
+    as a local `dcode edit` with a snippet places them)."""
     original, snippet = required(text, "original_code"), required(text, "update_snippet")
-    regions = []
-    for placed in snippets.place(original, snippet):
-        region = sizer.region(original, placed.start, placed.end, placed.part, placed.part)
-        if region is None:
-            whole = (placed.start, placed.end) == (0, len(original.encode()))
-            raise sizer.refuse("the original code" if whole else f"the region at byte {placed.start}")
-        regions.append(region)
-    return Plan("apply", original, tuple(regions), sizer.language, name)
+    try:
+        regions = merge.regions(original, (0, len(original.encode())), snippet, sizer, name)
+    except TooLong as error:
+        raise too_long(error) from None
+    return Plan("apply", original, regions, sizer.language, name)
 
 
 def file_path(current: str) -> tuple[str, str]:
@@ -225,7 +201,17 @@ def next_edit_plan(text: str, sizer: Sizer) -> Plan:
         region = sizer.region(source, start, end, next_edit_instruction(path, history, viewed, keep))
         if region is not None:
             return Plan("edit", source, (region,), sizer.language, path or "the file", open_end)
-    raise sizer.refuse("the <|code_to_edit|> region")
+    raise too_long(sizer.too_long("the <|code_to_edit|> region"))
+
+
+def unshaped(body: dict[str, Any]) -> None:
+    """BadRequest naming the first field of SHAPING the body sends (`response_format` {"type": "text"},
+    what every answer here is, passes): an editing path answers code, never JSON or tool calls."""
+    for name in SHAPING:
+        value = body.get(name)
+        if value is not None and not (name == "response_format" and value == {"type": "text"}):
+            message = f"'{name}' is not supported here: this path answers code (send it to /v1/chat/completions)"
+            raise BadRequest(message, name)
 
 
 def prepare(engine: Engine, path: Path, raw: bytes) -> tuple[Prepared, Plan]:
@@ -234,15 +220,16 @@ def prepare(engine: Engine, path: Path, raw: bytes) -> tuple[Prepared, Plan]:
     from dcode.syntax import detect_language
 
     body = parse_body(raw)
+    unshaped(body)
     job = parse("chat", body, engine.served)  # model, messages, max_tokens, sampling, stream, the dcode object
     explicit = body["dcode"].get("language") if isinstance(body.get("dcode"), dict) else None
     if path == "apply":
         language = explicit or detect_language(None, tagged(job.text, "original_code"), None) or "python"
-        plan = apply_plan(job.text, Sizer(engine, language, job.max_tokens), "the original code")
+        plan = apply_plan(job.text, sizer_for(engine, language, job.max_tokens), "the original code")
     else:
         where = file_path(tagged(job.text, "current_file_content") or "")[0]
         language = explicit or detect_language(where, None, None) or "python"
-        plan = next_edit_plan(job.text, Sizer(engine, language, job.max_tokens))
+        plan = next_edit_plan(job.text, sizer_for(engine, language, job.max_tokens))
     repair = engine.repair_rounds > 0 if job.repair is None else job.repair
     rounds = (engine.repair_rounds or 3) if repair else 0
     length = sum(region.length for region in plan.regions) or 1
@@ -264,8 +251,9 @@ def answer_text(plan: Plan, code: str, new_region: tuple[int, int]) -> str:
 
 
 def runner(engine: Engine, plan: Plan) -> Runner:
-    """The engine's worker body for a plan: the edit flow over each region, last first (so the
-    regions before it keep their offsets), then the answer's chunks and the final object."""
+    """The engine's worker body for a plan: dcode.merge.edits over its regions (the edit flow over
+    each, last first, as a local `dcode edit` with a snippet runs), then the answer's chunks and
+    the final object."""
 
     def work(prepared: Prepared, emit: Emit, cancelled: Flag) -> None:
         from dcode.localfill import LocalFiller
@@ -274,29 +262,25 @@ def runner(engine: Engine, plan: Plan) -> Runner:
         ident = ("chatcmpl-" if plan.path == "apply" else "cmpl-") + uuid.uuid4().hex[:24]
         if job.stream:
             emit("chunk", wire.chunk("chat", ident, engine.served, "", created=created, first=True))
-        code, done, new_region = plan.source, [], (0, 0)
-        began = time.perf_counter()
+        began, filler = time.perf_counter(), LocalFiller(engine.batcher, prepared.config)
+        steps = merge.edits(
+            filler, plan.source, plan.regions, plan.language, prepared.rounds, plan.name, engine.repair_tries
+        )
+        done = None
         try:
             with engine.batcher.worker(cancelled):
-                for region in reversed(plan.regions):
-                    filler = LocalFiller(engine.batcher, prepared.config)
-                    steps = flows.edit(
-                        filler, code, (region.start, region.end), region.instruction, plan.language,
-                        region.length, prepared.rounds, plan.name, engine.repair_tries,
-                    )  # fmt: skip
-                    for event in steps:
-                        if cancelled.is_set():
-                            raise RequestCancelled
-                        if isinstance(event, Edited):
-                            code, new_region = event.code, event.new_region
-                            done.append(event)
+                for event in steps:
+                    if cancelled.is_set():
+                        raise RequestCancelled
+                    done = event
         except InputError as error:  # prepare() sized every region; a window that cannot fit lands here
             emit("error", BadRequest(str(error), FIELD, code="context_length_exceeded"))
             return
         except FillError as error:  # the fill repeated the code after its region: nothing to answer
             emit("error", BadRequest(f"generation failed: {error}", None, 500, kind="server_error"))
             return
-        text = answer_text(plan, code, new_region)
+        assert isinstance(done, Edited)
+        text = answer_text(plan, done.code, done.new_region)
         finish(engine, plan, prepared, emit, (ident, created, text), done, time.perf_counter() - began)
 
     return work
@@ -308,17 +292,17 @@ def finish(
     prepared: Prepared,
     emit: Emit,
     answer: tuple[str, int, str],
-    done: list[Edited],
+    done: Edited,
     seconds: float,
 ) -> None:
     """Emit the answer: its delta and finish chunks when streamed, then the final object."""
     ident, created, text = answer
-    used = wire.usage(sum(e.prompt_tokens + (e.context_tokens or 0) for e in done), sum(e.tokens for e in done))
+    used = wire.usage(done.prompt_tokens + (done.context_tokens or 0), done.tokens)
     metadata: dict[str, Any] = {
         "model": engine.model.facts.name,
         "language": plan.language,
         "regions": [[r.start, r.end] for r in plan.regions],  # byte spans of the file as sent
-        "forward": sum(e.forward for e in done),
+        "forward": done.forward,
         "seconds": round(seconds, 3),
     }
     if prepared.job.stream:
