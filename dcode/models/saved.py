@@ -91,7 +91,9 @@ def mismatch(metadata: Mapping[str, str], folder: Path, kind: str, dtype: str) -
     if metadata.get("kind") != kind:
         return f"it holds {metadata.get('kind')}, not {kind}"
     if metadata.get("dtype") != dtype:
-        return f"it was made for {metadata.get('dtype')}, this load runs in {dtype} (pull it again with --dtype {dtype})"
+        return (
+            f"it was made for {metadata.get('dtype')}, this load runs in {dtype} (pull it again with --dtype {dtype})"
+        )
     if metadata.get("source") != weights_id(folder):
         return "the checkpoint's weights changed since it was saved"
     return None
@@ -156,7 +158,9 @@ def save(folder: Path, kind: str, dtype: str) -> Path:
     seen: set[int] = set()
     for name, tensor in network.state_dict().items():
         if type(tensor) is not torch.Tensor:
-            raise ModelError(f"--quantize {kind}: {name} is a {type(tensor).__name__}, not a plain tensor; no copy saved")
+            raise ModelError(
+                f"--quantize {kind}: {name} is a {type(tensor).__name__}, not a plain tensor; no copy saved"
+            )
         storage = tensor.untyped_storage().data_ptr()
         if storage not in seen:  # a tied head reads the embedding's own tensors
             seen.add(storage)
