@@ -423,6 +423,7 @@ PULL: tuple[Option, ...] = (
     own("revision", str, None, "Branch, tag or commit (default: main).", env=None, optional=True),
     replace(
         QUANTIZE_OPTION,
+        env=None,  # DCODE_QUANTIZE says how runs load, not what a download keeps
         help="int8: also keep a quantised copy (safetensors) that `--quantize int8` loads read instead of "
         "quantising (dcode's own torch models; docs/models.md).",
     ),

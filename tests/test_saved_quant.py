@@ -109,6 +109,8 @@ def run(args: list[str]) -> object:
 def test_pull_keeps_a_copy_that_new_reads_and_models_lists(hub: tuple[Path, list]) -> None:  # noqa: F811
     cache, _ = hub
     tiny_remote(cache)
+    plain = CliRunner().invoke(cli.app, ["models", "pull", "org/tiny"], env={"DCODE_QUANTIZE": "int4"})
+    assert plain.exit_code == 0 and not (cache / "models--org--tiny" / "dcode-quantized").exists(), plain.stderr
     pulled = run(["models", "pull", "org/tiny", "--quantize", "int8", "--dtype", "bfloat16"])
     assert pulled.exit_code == 0, pulled.stderr  # type: ignore[attr-defined]
     copy = cache / "models--org--tiny" / "dcode-quantized" / "abc" / "int8.safetensors"

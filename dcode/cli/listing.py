@@ -309,12 +309,17 @@ def copy_wanted(run: Resolved[Pull]) -> tuple[str, str]:
     """pull's --quantize (none: no copy) and the dtype the copy is made for; a kind no copy
     holds (int4) is one line, exit 2, before the network."""
     from dcode.dtypes import cpu_flags, resolve_dtype
-    from dcode.models import saved
+    from dcode.models import ModelError, quantize, saved
 
     assert isinstance(run.fills, Local)
     kind = "none" if run.fills.quantize == "auto" else run.fills.quantize
     if kind != "none" and kind not in saved.SAVED_KINDS:
         fail(saved.refusal(kind, ""), USAGE)
+    try:
+        if kind != "none":
+            quantize.import_torchao(kind)  # torchao missing: said before gigabytes are fetched
+    except ModelError as error:
+        fail(str(error), USAGE)
     try:
         return kind, resolve_dtype(run.fills.dtype, "cpu", cpu_flags())
     except ValueError as error:
