@@ -206,14 +206,14 @@ def load_seconds(folder: Path, kind: str) -> float:
 
 def saved_copy(shape: str, family: str, scratch: Path, rounds: int) -> dict[str, object]:
     """int8 from a saved copy against int8 quantised on load (see the module docstring)."""
-    from dcode.models import saved
+    from dcode.models import save_quantized, saved
 
     folder = scratch / (f"{family}-3b" if shape == "qwen2.5-3b" else f"{family}-{shape}")
     weights = write(family, shape, folder)
     copy = saved.copy_path(folder, "int8")
     copy.unlink(missing_ok=True)
     start = time.perf_counter()
-    saved.save(folder, "int8", "bfloat16")
+    save_quantized(folder, "int8", "bfloat16")
     save_seconds = round(time.perf_counter() - start, 1)
     aside = copy.with_suffix(".aside")
     results: dict[str, list[dict[str, object]]] = {"quantised on load": [], "saved copy": []}

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_models_cli import hub  # noqa: E402, F401  (the fake Hub fixture)
 
 import dcode.cli as cli  # noqa: E402
-from dcode.models import load, saved  # noqa: E402
+from dcode.models import load, save_quantized, saved  # noqa: E402
 from dcode.models.int8_linear import Int8Linear  # noqa: E402
 from dcode.testing import checkpoints  # noqa: E402
 
@@ -39,7 +39,7 @@ def test_a_saved_copy_loads_with_the_logits_of_quantising_on_load(tmp_path: Path
     folder = tmp_path / family
     checkpoints.write(family, folder)
     on_load = load(str(folder), dtype="bfloat16", quantize="int8")
-    path = saved.save(folder, "int8", "bfloat16")
+    path = save_quantized(folder, "int8", "bfloat16")
     assert path == folder / "dcode-quantized" / "int8.safetensors" and not list(path.parent.glob("*.partial"))
     metadata = saved.read_metadata(path)
     assert metadata is not None and metadata["kind"] == "int8" and metadata["dtype"] == "bfloat16"
@@ -54,7 +54,7 @@ def test_the_load_reads_the_copy_not_the_checkpoint(tmp_path: Path) -> None:
     """A copy whose first layer's int8 values were changed on disk: the load holds the changed ones."""
     folder = tmp_path / "qwen2"
     checkpoints.write("qwen2", folder)
-    path = saved.save(folder, "int8", "bfloat16")
+    path = save_quantized(folder, "int8", "bfloat16")
     tensors, metadata = load_file(str(path)), saved.read_metadata(path)
     assert metadata is not None
     name = next(k for k in tensors if k.endswith("q_proj.qdata"))
@@ -70,7 +70,7 @@ def test_a_stale_copy_is_not_read(tmp_path: Path, capfd: pytest.CaptureFixture[s
     folder, other = tmp_path / "qwen2", tmp_path / "other"
     checkpoints.write("qwen2", folder)
     checkpoints.write("qwen2", other, seed=1)
-    saved.save(folder, "int8", "bfloat16")
+    save_quantized(folder, "int8", "bfloat16")
     capfd.readouterr()
     weights = folder / "model.safetensors"
     weights.write_bytes((other / "model.safetensors").read_bytes())

@@ -252,7 +252,7 @@ ModelId = Annotated[str, typer.Argument(help="A name from `dcode models availabl
 def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
-    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family, saved
+    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family, savable, saved
 
     # 1) validate without the network
     revision, quiet = run.own.revision, run.view.quiet
@@ -276,7 +276,7 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     try:
         head = huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=["config.json"])
         family = require_family(config := checkpoint.read_config(Path(head)), model_id)
-        if kind != "none" and not saved.savable(family, config, model_id):
+        if kind != "none" and not savable(family, config, model_id):
             fail(saved.refusal(kind, family), USAGE)
         folder = Path(huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=PULL_PATTERNS))
         info = model_info(model_id, folder)
@@ -330,7 +330,7 @@ def save_copy(folder: Path, kind: str, dtype: str, quiet: bool) -> None:
     """Write (or keep, when it is current) the checkpoint's saved copy of `kind` for `dtype`."""
     import time
 
-    from dcode.models import ModelError, saved
+    from dcode.models import ModelError, save_quantized, saved
 
     path = saved.copy_path(folder, kind)
     metadata = saved.read_metadata(path)
@@ -340,7 +340,7 @@ def save_copy(folder: Path, kind: str, dtype: str, quiet: bool) -> None:
         return
     start = time.perf_counter()
     try:
-        path = saved.save(folder, kind, dtype)
+        path = save_quantized(folder, kind, dtype)
     except ModelError as error:
         fail(str(error), RUNTIME)
     if not quiet:

@@ -14,9 +14,9 @@ quantises as usual).
 Only dcode's own torch networks (native.load_checked: Qwen2 block-causal, Tiny-A2D's bd3lm on
 Qwen2.5, LLaDA2) hold plain int8 tensors; transformers' classes hold torchao's tensor subclasses,
 which safetensors cannot hold without torchao's own (prototype) flattening, so those families
-quantise on load (`savable`). int4's layers are torchao's too: no int4 copy.
+quantise on load (dcode.models.savable). int4's layers are torchao's too: no int4 copy.
 
-Torch-free at import (listing reads `saved_kinds`); torch is imported inside `save` and `read_into`.
+Torch-free at import (listing reads `saved_kinds`); torch is imported inside `write` and `read_into`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import struct
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dcode.models.base import ModelError
 from dcode.models.checkpoint import HEADER_LIMIT, weight_files
@@ -109,21 +109,6 @@ def saved_kinds(folder: Path) -> dict[str, str]:
     return found
 
 
-def savable(family: str, config: Mapping[str, Any], name: str) -> bool:
-    """Whether a checkpoint loads on dcode's own torch network (whose int8 layers are plain
-    tensors): Qwen2 block-causal, Tiny-A2D's bd3lm on Qwen2.5, LLaDA2."""
-    from dcode.models.families import a2d, qwen2
-
-    if family == "llada2":
-        return True
-    if family == "qwen2":
-        return qwen2.native_fits(config)
-    try:
-        return family == "a2d" and a2d.native_fits(config, Path(name), name)
-    except ModelError:  # a name that does not say the attention: transformers' classes run it
-        return False
-
-
 def refusal(kind: str, family: str) -> str:
     """The one line `pull --quantize` answers when no copy of `kind` can be saved for `family`."""
     if kind not in SAVED_KINDS:
@@ -142,18 +127,14 @@ def refusal(kind: str, family: str) -> str:
 # torch
 
 
-def save(folder: Path, kind: str, dtype: str) -> Path:
-    """Load `folder` with `kind` on the CPU in `dtype` (quantised as it loads) and write its network
-    as a saved copy (module docstring), atomically; its path. A network holding anything but plain
-    tensors is a one-line ModelError, nothing written."""
+def write(network: nn.Module, folder: Path, kind: str, dtype: str) -> Path:
+    """A loaded network of `folder` (quantised with `kind` on the CPU in `dtype`: dcode.models.save_quantized)
+    written as its saved copy (module docstring), atomically; its path. A network holding anything
+    but plain tensors is a one-line ModelError, nothing written."""
     import torch
     from safetensors.torch import save_file
 
-    from dcode.models import load
-
     path = copy_path(folder, kind)
-    path.unlink(missing_ok=True)  # a stale copy: the load below quantises afresh
-    network = load(str(folder), torch.device("cpu"), dtype, quantize=kind).model  # type: ignore[attr-defined]
     tensors: dict[str, torch.Tensor] = {}
     seen: set[int] = set()
     for name, tensor in network.state_dict().items():
