@@ -148,3 +148,15 @@ def test_pull_refuses_a_copy_it_cannot_save(hub: tuple[Path, list], args: list[s
     assert result.stderr.count("\n") == 1 and result.stdout == ""  # type: ignore[attr-defined]
     assert all(patterns == ("config.json",) for _, _, patterns in calls)  # no weights fetched
     assert not list(cache.glob("*/dcode-quantized"))
+
+
+def test_a_damaged_copy_is_one_line(tmp_path: Path) -> None:
+    """A copy cut short after its header (its metadata still current): one-line ModelError naming it."""
+    from dcode.models import ModelError
+
+    folder = tmp_path / "qwen2"
+    checkpoints.write("qwen2", folder)
+    path = save_quantized(folder, "int8", "bfloat16")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ModelError, match=r"^cannot read the saved int8 copy .*\(delete it\)$"):
+        load(str(folder), dtype="bfloat16", quantize="int8")

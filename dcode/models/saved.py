@@ -173,7 +173,12 @@ def read_into(
     if problem:
         sys.stderr.write(f"dcode: not reading the saved {kind} copy {path}: {problem}; quantising on load\n")
         return False
-    assemble(model, path, dtype)
+    try:
+        assemble(model, path, dtype)
+    except (OSError, ValueError, RuntimeError, KeyError) as error:  # a truncated or damaged file
+        raise ModelError(
+            f"cannot read the saved {kind} copy {path}: {str(error).splitlines()[0]} (delete it)"
+        ) from None
     return True
 
 
