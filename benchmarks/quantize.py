@@ -10,10 +10,16 @@ Prints numbers (a benchmark, not a timed test) and writes them as JSON under --o
            block over a 256-token cache) and SDAR-1.7B's (Qwen3-1.7B layers, a 4-token block over
            256), none/int8 (both CPU kernels; the 0.5B shape also fbgemm's, the issue's path)/int4,
            median of --repeats interleaved rounds, and the logits' agreement with none's.
+  saved    `dcode new --json` with --quantize int8 loading from a saved int8 copy (`dcode models pull
+           --quantize int8`: dcode.models.saved) against quantising on load: wall seconds and peak
+           RSS of the whole process, and seconds of the load alone (dcode.models.load in a child
+           process after its imports), at --saved-shape (Qwen2.5-3B's, or 0.5B's), --rounds each,
+           interleaved; and the seconds the copy took to save.
   agree    dcode-tiny's answers to the public prompts (benchmarks/prompts.jsonl) with int8 and int4
            against bfloat16's: identical answers, and answers that parse (dcode.syntax.find_issues).
 
   python benchmarks/quantize.py memory speed agree --out docs/benchmarks/quantize
+  python benchmarks/quantize.py saved --saved-shape qwen2.5-0.5b --out docs/benchmarks/quantize
 """
 
 from __future__ import annotations
@@ -187,6 +193,51 @@ def packed_pass(model: object, ids: object, cached: int, cache: object) -> objec
     return model.logits(hidden[:16])  # type: ignore[attr-defined]
 
 
+def load_seconds(folder: Path, kind: str) -> float:
+    """Seconds of dcode.models.load(folder, bfloat16, kind) alone, in a child process after its imports."""
+    child = (
+        "import sys, time, torch; from dcode.models import load, quantize; quantize.import_torchao('int8');"
+        "t = time.perf_counter(); load(sys.argv[1], dtype=torch.bfloat16, quantize=sys.argv[2]);"
+        "print(time.perf_counter() - t)"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(folder), kind], capture_output=True, text=True, check=True)
+    return round(float(done.stdout.split()[-1]), 2)
+
+
+def saved_copy(shape: str, family: str, scratch: Path, rounds: int) -> dict[str, object]:
+    """int8 from a saved copy against int8 quantised on load (see the module docstring)."""
+    from dcode.models import save_quantized, saved
+
+    folder = scratch / (f"{family}-3b" if shape == "qwen2.5-3b" else f"{family}-{shape}")
+    weights = write(family, shape, folder)
+    copy = saved.copy_path(folder, "int8")
+    copy.unlink(missing_ok=True)
+    start = time.perf_counter()
+    save_quantized(folder, "int8", "bfloat16")
+    save_seconds = round(time.perf_counter() - start, 1)
+    aside = copy.with_suffix(".aside")
+    results: dict[str, list[dict[str, object]]] = {"quantised on load": [], "saved copy": []}
+    for _ in range(rounds):
+        for source in results:  # interleaved: both see the same load on a shared machine
+            hidden = source == "quantised on load"  # the copy set aside: the load quantises
+            (copy if hidden else aside).rename(aside if hidden else copy)
+            row = peak_rss(folder, "int8") | {"load_seconds": load_seconds(folder, "int8")}
+            results[source].append(row)
+            print(f"saved {shape} int8 {source}: {json.dumps(row)}", flush=True)
+    rows = []
+    for source, runs in results.items():
+        rows.append({
+            "from": source,
+            "peak_rss_mb": max(int(r["peak_rss_mb"]) for r in runs),  # type: ignore[call-overload]
+            "new_seconds": statistics.median(float(r["seconds"]) for r in runs),  # type: ignore[arg-type]
+            "load_seconds": statistics.median(float(r["load_seconds"]) for r in runs),  # type: ignore[arg-type]
+            "runs": runs,
+        })  # fmt: skip
+    return {"shape": shape, "family": family, "weights_sha256_16mb": weights, "source_weights_id":
+            saved.weights_id(folder), "copy_bytes": copy.stat().st_size, "save_seconds": save_seconds,
+            "rounds": rounds, "rows": rows}  # fmt: skip
+
+
 def agree(limit: int) -> dict[str, object]:
     from dcode.syntax import find_issues
 
@@ -212,11 +263,13 @@ def agree(limit: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="+", choices=("memory", "speed", "agree"))
+    parser.add_argument("parts", nargs="+", choices=("memory", "speed", "saved", "agree"))
     parser.add_argument("--out", type=Path, default=Path("bench-results/quantize"))
     parser.add_argument("--family", default="qwen2", help="memory: the checkpoint format (qwen2, a2d_qwen2_bd3lm)")
     parser.add_argument("--repeats", type=int, default=3, help="speed: timed rounds (after one untimed)")
     parser.add_argument("--shapes", default="qwen2.5-0.5b,sdar-1.7b", help="speed: comma-separated shapes")
+    parser.add_argument("--saved-shape", default="qwen2.5-3b", help="saved: the checkpoint's shape")
+    parser.add_argument("--rounds", type=int, default=2, help="saved: runs of each source")
     parser.add_argument("--limit", type=int, default=10, help="agree: the first N prompts")
     parser.add_argument("--scratch", type=Path, default=None, help="where the random checkpoints go (kept)")
     args = parser.parse_args()
@@ -233,10 +286,13 @@ def main() -> None:
     if "speed" in args.parts:
         families = {"qwen2.5-0.5b": "qwen2", "sdar-1.7b": "sdar"}
         report["speed"] = [speed(shape, families[shape], scratch, args.repeats) for shape in args.shapes.split(",")]
+    if "saved" in args.parts:
+        report["saved"] = saved_copy(args.saved_shape, "qwen2", scratch, args.rounds)
     if "agree" in args.parts:
         report["agree"] = agree(args.limit)
     args.out.mkdir(parents=True, exist_ok=True)
     name = "-".join(args.parts) + (f"-{args.family}" if "memory" in args.parts else "")
+    name += f"-{args.saved_shape.removeprefix('qwen2.5-')}" if "saved" in args.parts else ""
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
 
 

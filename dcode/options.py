@@ -441,7 +441,15 @@ LIST: tuple[Option, ...] = (
     own("verbose", bool, False, "Also show each model's end, pad and mask tokens, shift, block.", short="-v"),
 )
 PULL: tuple[Option, ...] = (
-    own("revision", str, None, "Branch, tag or commit (default: main).", env=None, optional=True), QUIET_OPTION
+    own("revision", str, None, "Branch, tag or commit (default: main).", env=None, optional=True),
+    replace(
+        QUANTIZE_OPTION,
+        env=None,  # DCODE_QUANTIZE says how runs load, not what a download keeps
+        help="int8: also keep a quantised copy (safetensors) that `--quantize int8` loads read instead of "
+        "quantising (dcode's own torch models; docs/models.md).",
+    ),
+    replace(DTYPE_OPTION, help="The dtype the quantised copy is made for (auto: what --dtype auto runs on this CPU)."),
+    QUIET_OPTION,
 )  # fmt: skip
 
 ALL: tuple[Option, ...] = (

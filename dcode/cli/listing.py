@@ -12,7 +12,7 @@ import typer
 
 from dcode.cli.app import INTERRUPTED, OK, RUNTIME, USAGE, command_group, fail
 from dcode.cli.options import with_options
-from dcode.cli.resolve import Resolved
+from dcode.cli.resolve import Local, Resolved
 from dcode.config import EFFORTS, described
 from dcode.options import LIST, LIST_JSON, PULL
 
@@ -137,13 +137,14 @@ def models_command(run: Resolved[Listing]) -> None:
     --verbose reads the special tokens from the config and tokenizer files."""
     import json
 
-    from dcode.models import list_models
+    from dcode.models import list_models, saved
 
     if run.subcommand is not None:
         return
     as_json, verbose = run.output.as_json, run.own.verbose
     found = list_models()
     facts = {i.name: beliefs(i.name, i.path) for i in found if i.problem is None} if verbose else {}
+    copies = {i.name: saved.saved_kinds(i.path) for i in found if i.problem is None and i.complete}
     if as_json:
         rows = [
             {
@@ -154,6 +155,7 @@ def models_command(run: Resolved[Listing]) -> None:
                 "size_bytes": i.size_bytes,
                 "complete": i.complete,
                 "path": str(i.path),
+                "saved_quantized": copies.get(i.name, {}),  # kind -> the dtype its saved copy is for
                 **({"error": i.problem} if i.problem is not None else {}),
                 **({"facts": facts[i.name]} if verbose and i.problem is None else {}),
             }
@@ -166,6 +168,8 @@ def models_command(run: Resolved[Listing]) -> None:
         note = "" if i.complete else f"incomplete: run `dcode models pull {i.name}`"
         if i.problem is not None:
             note = f"cannot load: {i.problem}"
+        elif copies.get(i.name):
+            note = "saved " + ", ".join(f"{kind} copy ({dtype})" for kind, dtype in copies[i.name].items())
         table.append((i.name, i.family, human_count(i.parameters), i.dtype or "-", human_bytes(i.size_bytes), note))
     widths = [max(len(cell) for cell in column) for column in zip(*table, strict=True)]
     for number, row in enumerate(table):
@@ -248,10 +252,11 @@ ModelId = Annotated[str, typer.Argument(help="A name from `dcode models availabl
 def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     """Download a checkpoint into the Hugging Face cache (safetensors, configs and tokenizer only;
     no pickles, no remote code). Prints the local folder on stdout. Run it again to resume."""
-    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family
+    from dcode.models import ModelError, catalogue, checkpoint, model_info, require_family, savable, saved
 
     # 1) validate without the network
     revision, quiet = run.own.revision, run.view.quiet
+    kind, dtype = copy_wanted(run)
     entry = catalogue.find(model_id)
     if entry is not None and not entry.family:
         fail(f"{entry.repo_id}: dcode does not load {entry.name} yet (see docs/models.md)", USAGE)
@@ -270,7 +275,9 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
     # 2) config.json first: a family dcode cannot run is refused before gigabytes are fetched
     try:
         head = huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=["config.json"])
-        require_family(checkpoint.read_config(Path(head)), model_id)
+        family = require_family(config := checkpoint.read_config(Path(head)), model_id)
+        if kind != "none" and not savable(family, config, model_id):
+            fail(saved.refusal(kind, family), USAGE)
         folder = Path(huggingface_hub.snapshot_download(model_id, revision=revision, allow_patterns=PULL_PATTERNS))
         info = model_info(model_id, folder)
     except ModelError as error:
@@ -292,8 +299,53 @@ def models_pull(model_id: ModelId, run: Resolved[Pull]) -> None:
         typer.echo(f"dcode: interrupted; `dcode models pull {model_id}` resumes", err=True)
         raise typer.Exit(INTERRUPTED) from None
 
-    # 3) report: the folder on stdout, a summary on stderr
+    # 3) report: the folder on stdout, a summary on stderr; 4) the quantised copy
     pulled(model_id, folder, info, quiet)
+    if kind != "none":
+        save_copy(folder, kind, dtype, quiet)
+
+
+def copy_wanted(run: Resolved[Pull]) -> tuple[str, str]:
+    """pull's --quantize (none: no copy) and the dtype the copy is made for; a kind no copy
+    holds (int4) is one line, exit 2, before the network."""
+    from dcode.dtypes import cpu_flags, resolve_dtype
+    from dcode.models import ModelError, quantize, saved
+
+    assert isinstance(run.fills, Local)
+    kind = "none" if run.fills.quantize == "auto" else run.fills.quantize
+    if kind != "none" and kind not in saved.SAVED_KINDS:
+        fail(saved.refusal(kind, ""), USAGE)
+    try:
+        if kind != "none":
+            quantize.import_torchao(kind)  # torchao missing: said before gigabytes are fetched
+    except ModelError as error:
+        fail(str(error), USAGE)
+    try:
+        return kind, resolve_dtype(run.fills.dtype, "cpu", cpu_flags())
+    except ValueError as error:
+        fail(f"{run.named('dtype')}: {error}", USAGE)
+
+
+def save_copy(folder: Path, kind: str, dtype: str, quiet: bool) -> None:
+    """Write (or keep, when it is current) the checkpoint's saved copy of `kind` for `dtype`."""
+    import time
+
+    from dcode.models import ModelError, save_quantized, saved
+
+    path = saved.copy_path(folder, kind)
+    metadata = saved.read_metadata(path)
+    if metadata is not None and saved.mismatch(metadata, folder, kind, dtype) is None:
+        if not quiet:
+            typer.echo(f"dcode: a saved {kind} copy ({dtype}) is current: {path}", err=True)
+        return
+    start = time.perf_counter()
+    try:
+        path = save_quantized(folder, kind, dtype)
+    except ModelError as error:
+        fail(str(error), RUNTIME)
+    if not quiet:
+        size, seconds = human_bytes(path.stat().st_size), time.perf_counter() - start
+        typer.echo(f"dcode: saved a {kind} copy ({dtype}, {size}) in {seconds:.1f} s: {path}", err=True)
 
 
 def pulled(model_id: str, folder: Path, info: Any, quiet: bool) -> None:

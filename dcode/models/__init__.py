@@ -3,7 +3,8 @@
 Owns: where the embedded model lives, which family reads a checkpoint (by config.json
 `model_type`, else the classes `architectures` or `auto_map` name, or auto_map's modules; the
 families are dcode.models.families' modules), finding an id in the local Hugging Face cache, and
-listing the models there (and what a load would state about each, torch-free: read_facts). Never
+listing the models there (and what a load would state about each, torch-free: read_facts), and
+keeping a saved quantised copy of a checkpoint (save_quantized; which can: savable). Never
 downloads and never runs code shipped with a checkpoint. Heavy imports (torch, transformers)
 happen inside load(), never at import time; listing reads safetensors headers with json alone.
 """
@@ -246,3 +247,32 @@ def list_models(cache_dir: Path | str | None = None) -> list[ModelInfo]:
             info = unloadable(repo_id, snapshot, error)
         found.append(info)
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Saved quantised copies (dcode.models.saved)
+
+
+def save_quantized(folder: Path, kind: str, dtype: str) -> Path:
+    """Load `folder` with `kind` on the CPU in `dtype` (quantised as it loads) and keep its network
+    as the folder's saved copy (dcode.models.saved); its path. One-line ModelError when it cannot."""
+    from dcode.models import saved
+
+    saved.copy_path(folder, kind).unlink(missing_ok=True)  # a stale copy: the load below quantises afresh
+    network = load(str(folder), None, dtype, quantize=kind).model  # type: ignore[attr-defined]
+    return saved.write(network, folder, kind, dtype)
+
+
+def savable(family: str, config: Mapping[str, Any], name: str) -> bool:
+    """Whether a checkpoint loads on dcode's own torch network (whose int8 layers are plain
+    tensors): Qwen2 block-causal, Tiny-A2D's bd3lm on Qwen2.5, LLaDA2."""
+    from dcode.models.families import a2d, qwen2
+
+    if family == "llada2":
+        return True
+    if family == "qwen2":
+        return qwen2.native_fits(config)
+    try:
+        return family == "a2d" and a2d.native_fits(config, Path(name), name)
+    except ModelError:  # a name that does not say the attention: transformers' classes run it
+        return False

@@ -314,7 +314,7 @@ def load_checked(
 
     tied: the input embedding that `model.lm_head` shares (a head saved anyway is left unread), or None.
     """
-    from dcode.models import quantize
+    from dcode.models import quantize, saved
 
     weights = {k: torch.Size(t.shape) for k, t in read_headers(folder).items()}  # shapes alone, no data yet
     expected = dict(model.state_dict())
@@ -332,8 +332,10 @@ def load_checked(
     ]
     refuse_misfit(folder, problems)
     tied_name = next(name for name, module in model.named_modules() if module is tied) if tied is not None else None
-    # one weight at a time, each linear layer quantised as it arrives (--quantize; none: cast alone)
-    quantize.stream_weights(model, folder, set(expected), device, dtype, quantize.current())
+    # a saved quantised copy (dcode.models.saved), else one weight at a time, each linear layer
+    # quantised as it arrives (--quantize; none: cast alone)
+    if not saved.read_into(model, folder, set(expected), device, dtype, quantize.current()):
+        quantize.stream_weights(model, folder, set(expected), device, dtype, quantize.current())
     if tied_name is not None:
         quantize.tie_head(model, tied_name)
     quantize.mark(model, quantize.current())

@@ -30,6 +30,7 @@ tie_word_embeddings true was not read here; dcode loads either way (decoder.qwen
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,21 @@ CATALOGUE = (
 )  # fmt: skip
 
 
+def is_qwen3(config: Mapping[str, Any]) -> bool:
+    """A Tiny-A2D release on Qwen3's layers (transformers runs it)."""
+    return str(config.get("model_type", "")).lower() == "a2d-qwen3" or "A2DQwen3LMHeadModel" in (
+        config.get("architectures") or []
+    )
+
+
+def native_fits(config: Mapping[str, Any], folder: Path, name: str) -> bool:
+    """Whether dcode.models.native runs this checkpoint: a block-causal (bd3lm) one on Qwen2.5's
+    plain layers (its name says the block: named_block)."""
+    from dcode.models.families import qwen2
+
+    return not is_qwen3(config) and named_block(FACTS, folder, name) is not None and qwen2.plain_layers(config)
+
+
 def load(
     folder: Path,
     device: torch.device,
@@ -95,10 +111,8 @@ def load(
     model import), the rest on transformers' classes (native_path=False: those always)."""
     from dcode.models.families import qwen2
 
-    qwen3 = str(config.get("model_type", "")).lower() == "a2d-qwen3" or "A2DQwen3LMHeadModel" in (
-        config.get("architectures") or []
-    )
-    if native_path and not qwen3 and named_block(FACTS, folder, name) is not None and qwen2.plain_layers(config):
+    qwen3 = is_qwen3(config)
+    if native_path and native_fits(config, folder, name):
         read_headers(folder)  # bad or truncated files: one-line errors first
         return qwen2.load_native(folder, config, device, dtype, name, FAMILY, plain=False)
     from dcode.models.decoder import build, qwen_model
