@@ -310,6 +310,46 @@ def test_verify_under_a_grammar_writes_what_a_constrained_loop_writes(tiny_model
         assert len(steps) == sum(1 for t in expected if t != facts.pad_id)
 
 
+class RefusalSpy:
+    """A test spy, named as one: a GrammarConstraint (and its forks) that records each token other
+    than an end it is offered and refuses (an end after an end is no draft: nothing follows one)."""
+
+    def __init__(self, inner: GrammarConstraint, refused: list[int]) -> None:
+        self.inner, self.refused = inner, refused
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def fork(self) -> RefusalSpy:
+        return RefusalSpy(self.inner.fork(), self.refused)
+
+    def accept(self, tokens: list[int]) -> int:
+        taken = self.inner.accept(tokens)
+        if taken < len(tokens) and tokens[taken] not in self.inner.ends:
+            self.refused.append(tokens[taken])
+        return taken
+
+
+@pytest.mark.parametrize("schema", ["person", "answer"])
+def test_verify_drafts_under_a_grammar_are_never_refused(tiny_model: Any, schema: str) -> None:
+    """The verify rule's drafts are made under the grammar (what it forces, else a choice from its
+    mask after the drafts before), so none is one it refuses: each pass checks drafts that can
+    stand. Drafts made without it were refused on every answer here (dcode-tiny writes Python)."""
+    grammar = Grammar.json_schema(SCHEMAS[schema])
+    ids = prompt_ids(tiny_model, "a small example", "json")
+    facts = tiny_model.facts
+    refused: list[int] = []
+    spy = RefusalSpy(
+        GrammarConstraint(grammar, tiny_model.tokenizer, 0, sorted(facts.eos_ids | {facts.pad_id})), refused
+    )
+    canvas, masks = masked(ids, 64, [], facts.mask_id)
+    steps = list(denoise(tiny_model, canvas, len(ids), SamplerConfig(rule="verify"), masks=masks, constraint=spy))
+    assert refused == []
+    assert max(step.rows for step in steps) > 1 and spy.complete  # drafts were checked; the answer is whole
+    answer = [t for t in steps[-1].canvas[len(ids) :].tolist() if t not in spy.inner.ends]
+    assert validate(grammar, tiny_model.tokenizer.decode(answer))
+
+
 def test_a_constraint_fills_a_whole_answer_only(tiny_model: Any) -> None:
     facts = tiny_model.facts
     ids = prompt_ids(tiny_model, "a person", "json")
