@@ -112,8 +112,7 @@ def row_masks(constraint: Constraint, drafted: torch.Tensor, rows: int, room: in
     by the grammar after them (with room - r answer positions left). Rows after a draft the
     grammar refuses get None: none of them can be confirmed (the refused draft's row chooses
     something else)."""
-    constraint.closing(room)  # decided once a pass, here: the forks read it
-    fork = constraint.fork()
+    fork = constraint.fork()  # (allowed(room) decides closing at each row's position, on its fork)
     masks: list[torch.Tensor | None] = [fork.allowed(room)]
     for r, token in enumerate(drafted.tolist()[: rows - 1], start=1):
         if fork.accept([int(token)]) != 1:
@@ -134,10 +133,13 @@ def masked_rows(firsts: list[torch.Tensor], masks: list[torch.Tensor | None]) ->
     return [first if mask is None else mask_logits(first[0], mask)[None] for first, mask in pairs]
 
 
-def consume_commit(constraint: Constraint, tokens: torch.Tensor) -> None:
-    """Feed the grammar a verify commit (k,): each token was chosen under its row's mask."""
-    taken = constraint.accept(tokens.tolist())
-    assert taken == len(tokens), "a verify commit the grammar refuses"
+def consume_commit(constraint: Constraint, tokens: torch.Tensor, room: int) -> None:
+    """Feed the grammar a verify commit (k,): each token was chosen under its row's mask, short of
+    room (closing) decided at its position (`room`: the answer's open positions at the first), as
+    its row decided it."""
+    for r, token in enumerate(tokens.tolist()):
+        constraint.closing(room - r)
+        assert constraint.accept([token]) == 1, "a verify commit the grammar refuses"
 
 
 def grammar_drafts(

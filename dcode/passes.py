@@ -292,12 +292,9 @@ def choose_one(
 
 def drafting_grammar(choosing: Choosing, room: int) -> tuple[Constraint, int] | None:
     """What the drafts after a verify commit are made under: a copy of the grammar after the
-    committed answer, and the `room` (answer positions open) the next pass will have; short of room
-    (closing) decided now as that pass would decide it, so the drafts close as its rows will."""
-    if choosing.constraint is None:
-        return None
-    choosing.constraint.closing(room)
-    return choosing.constraint.fork(), room
+    committed answer, and the `room` (answer positions open) the next pass will have, so the drafts
+    close (short of room) where its rows will."""
+    return None if choosing.constraint is None else (choosing.constraint.fork(), room)
 
 
 def row_candidates(
@@ -345,7 +342,7 @@ def verify_pass(
     tokens = torch.cat([drafted[:confirmed], choices[confirmed : confirmed + 1]])
     commit = Commit(take, tokens, chosen_probability(probs, choices))
     if choosing.constraint is not None:
-        consume_commit(choosing.constraint, tokens[take])
+        consume_commit(choosing.constraint, tokens[take], int(is_open.sum()))
     if not config.draft:  # (--draft 0: no drafts to make)
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw

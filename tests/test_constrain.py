@@ -24,7 +24,7 @@ from test_families import SIZE
 from dcode import flows, models
 from dcode.cli.loading import with_family_defaults
 from dcode.config import SamplerConfig
-from dcode.constrain import Grammar, GrammarError, schema_file, validate
+from dcode.constrain import Grammar, GrammarError, ask_for, schema_file, validate
 from dcode.constrained import constrained_pick, mask_logits
 from dcode.events import Finished
 from dcode.grammar_tokens import GrammarConstraint
@@ -311,6 +311,28 @@ def test_verify_under_a_grammar_writes_what_a_constrained_loop_writes(tiny_model
     assert steps[-1].canvas[len(ids) :].tolist() == expected
     if draft == 0:
         assert len(steps) == sum(1 for t in expected if t != facts.pad_id)
+
+
+def test_verify_under_a_grammar_closes_where_one_token_a_pass_closes(tiny_model: Any) -> None:
+    """Short of room the answer closes, decided at each position (a verify row decides its own):
+    once it was decided a pass, and a pass that committed several tokens closed one list item
+    later than one token a pass does (a public prompt, as benchmarks/structured.py asks it)."""
+    grammar = Grammar.json_schema(replace_enum(ANSWER, ["go", "html", "javascript", "python", "rust"]))
+    request = ask_for(grammar, "a javascript function that debounces another function")
+    own = replace(with_family_defaults(SamplerConfig(), tiny_model, frozenset(), None), cache=False)
+    answers = []
+    for draft in (0, 15):
+        events = list(
+            flows.new(LocalFiller(tiny_model, replace(own, draft=draft), grammar=grammar), request, "json", 128, 0)
+        )
+        assert isinstance(events[-1], Finished)
+        answers.append(events[-1].code)
+    assert answers[0] == answers[1] and validate(grammar, answers[0])
+
+
+def replace_enum(schema: dict[str, Any], languages: list[str]) -> dict[str, Any]:
+    """ANSWER with another enum of languages."""
+    return {**schema, "properties": {**schema["properties"], "language": {"enum": languages}}}
 
 
 class RefusalSpy:
