@@ -10,13 +10,16 @@ of it that the commit rule picked while they continue an unbroken run from the f
 grammar accepts each in order; the rest stay open, proposals for later passes, like the verify
 rule's drafts. Under the verify rule every row's choice is masked by the grammar after the drafts
 before it, so a verify pass commits what a constrained left-to-right loop, one token a pass,
-would. Token editing is off under a constraint: it rewrites tokens the grammar has already read.
+would; and the drafts themselves are made under the grammar (grammar_drafts: the tokens it forces,
+else a choice from its mask after the drafts before), so no draft is one the grammar refuses.
+Token editing is off under a constraint: it rewrites tokens the grammar has already read.
 
 Pure tensor code over logits and the protocol; knows nothing about tokenizers or llguidance.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -109,8 +112,7 @@ def row_masks(constraint: Constraint, drafted: torch.Tensor, rows: int, room: in
     by the grammar after them (with room - r answer positions left). Rows after a draft the
     grammar refuses get None: none of them can be confirmed (the refused draft's row chooses
     something else)."""
-    constraint.closing(room)  # decided once a pass, here: the forks read it
-    fork = constraint.fork()
+    fork = constraint.fork()  # (allowed(room) decides closing at each row's position, on its fork)
     masks: list[torch.Tensor | None] = [fork.allowed(room)]
     for r, token in enumerate(drafted.tolist()[: rows - 1], start=1):
         if fork.accept([int(token)]) != 1:
@@ -131,7 +133,31 @@ def masked_rows(firsts: list[torch.Tensor], masks: list[torch.Tensor | None]) ->
     return [first if mask is None else mask_logits(first[0], mask)[None] for first, mask in pairs]
 
 
-def consume_commit(constraint: Constraint, tokens: torch.Tensor) -> None:
-    """Feed the grammar a verify commit (k,): each token was chosen under its row's mask."""
-    taken = constraint.accept(tokens.tolist())
-    assert taken == len(tokens), "a verify commit the grammar refuses"
+def consume_commit(constraint: Constraint, tokens: torch.Tensor, room: int) -> None:
+    """Feed the grammar a verify commit (k,): each token was chosen under its row's mask, short of
+    room (closing) decided at its position (`room`: the answer's open positions at the first), as
+    its row decided it."""
+    for r, token in enumerate(tokens.tolist()):
+        constraint.closing(room - r)
+        assert constraint.accept([token]) == 1, "a verify commit the grammar refuses"
+
+
+def grammar_drafts(
+    fork: Constraint, logits: torch.Tensor, room: int, choose: Callable[[torch.Tensor, int], tuple[int, float]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The verify rule's drafts for consecutive open offsets under a grammar, and the probability
+    of each (k,): at each, the token the grammar forces (probability 1), else choose(logits (V,)
+    masked by the grammar after the drafts before, row) -> (token, probability). logits (k, V) the
+    drafting row's; `fork` (a copy of the grammar) is fed each draft; `room`: the answer positions
+    open at the first, as the verify row that checks it will count them. Past a draft the grammar
+    cannot take (it has ended), probability 0: undrafted.
+    Example: forced `{"` then free: drafts [`{"`, the masked choice, ...]."""
+    tokens = torch.zeros(len(logits), dtype=torch.long)
+    chances = torch.zeros(len(logits), dtype=torch.float64)
+    for r in range(len(logits)):
+        forced = fork.forced()[:1]
+        token, chance = (forced[0], 1.0) if forced else choose(mask_logits(logits[r], fork.allowed(room - r)), r)
+        if fork.accept([token]) != 1:
+            break
+        tokens[r], chances[r] = token, chance
+    return tokens.to(logits.device), chances.to(logits.device)

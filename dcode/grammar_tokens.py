@@ -119,15 +119,16 @@ class GrammarConstraint:
         self.masks = 0  # masks computed (the report's and the benchmark's counter)
         self.classes = closing_classes(self.engine, self.vocab, self.ends)
         self.closed = False  # short of room: from now on the frontier closes
-        self.watching = True  # a fork (a verify row's) reads `closed`, measuring nothing
 
     def begin(self, room: int) -> None:
         self.closed = False
 
     def closing(self, room: int) -> bool:
         """Whether the answer, with `room` positions left, is short of room: the frontier then
-        closes (for good: the answer is being finished)."""
-        if self.watching and not self.closed and not self.ended and room <= CLOSE_WATCH:
+        closes (for good: the answer is being finished). Decided at each position from the
+        grammar's state there (a fork, a verify row's, decides its own), so the verify rule closes
+        where a one-token-per-pass loop would, however many tokens its passes commit."""
+        if not self.closed and not self.ended and room <= CLOSE_WATCH:
             self.closed = self.to_close(room) + CLOSE_MARGIN >= room
         return self.closed
 
@@ -196,7 +197,6 @@ class GrammarConstraint:
         twin = object.__new__(GrammarConstraint)
         twin.__dict__.update(self.__dict__)
         twin.matcher = self.matcher.deep_copy()
-        twin.watching = False
         return twin
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -18,6 +19,7 @@ from dcode.constrained import (
     constrained_pick,
     consume_commit,
     frontier_rows,
+    grammar_drafts,
     masked_rows,
     row_masks,
     valid_drafts,
@@ -249,27 +251,50 @@ def draft_tokens(
     temperature: float,
     noise: torch.Tensor | None,
     choosing: Choosing,
+    grammar: tuple[Constraint, int] | None = None,
 ) -> torch.Tensor:
     """The verify rule's drafts (width,) for a block's open `offsets` (n,), chosen with the block's
     noise (width, V) from a row's candidates, which read(offsets) gives (k, V), DRAFT_CHUNK at a
     time; the mask id elsewhere: from the first draft on whose run's joint probability falls below
-    the floor (a run stands only if each does), and past the draft limit (no pass checks more)."""
+    the floor (a run stands only if each does), and past the draft limit (no pass checks more).
+    Under a grammar (a copy of it after the committed answer, and the answer positions then open),
+    each draft is what the grammar forces or a choice from its mask after the drafts before
+    (dcode.constrained.grammar_drafts): a draft it would refuse could confirm nothing."""
     drafts = torch.full((width,), choosing.mask_id, dtype=choosing.dtype, device=choosing.device)
     config = choosing.config
     wanted = offsets[: config.draft]
     joint = 1.0
     for lo in range(0, len(wanted), DRAFT_CHUNK):
         part = wanted[lo : lo + DRAFT_CHUNK]
-        choices, probs = choose_tokens(
-            read(part), temperature, config.top_p, choosing.gen, None if noise is None else noise[part]
-        )
-        run = joint * chosen_probability(probs, choices).cumprod(0)  # (k,)
+        part_noise = None if noise is None else noise[part]
+        if grammar is None:
+            choices, probs = choose_tokens(read(part), temperature, config.top_p, choosing.gen, part_noise)
+            chances = chosen_probability(probs, choices)
+        else:
+            choose = partial(choose_one, temperature, config.top_p, choosing.gen, part_noise)
+            choices, chances = grammar_drafts(grammar[0], read(part), grammar[1] - lo, choose)
+        run = joint * chances.cumprod(0)  # (k,)
         unsure = run < config.draft_floor
-        drafts[part] = choices.masked_fill(unsure, choosing.mask_id)
+        drafts[part] = choices.masked_fill(unsure, choosing.mask_id).to(choosing.dtype)
         if bool(unsure.any()):
             break
         joint = float(run[-1])
     return drafts
+
+
+def choose_one(
+    temperature: float, top_p: float, gen: torch.Generator, noise: torch.Tensor | None, logits: torch.Tensor, r: int
+) -> tuple[int, float]:
+    """choose_tokens for one row's logits (V,), row r of `noise` (k, V): the token and its probability."""
+    token, probs = choose_tokens(logits[None], temperature, top_p, gen, None if noise is None else noise[r : r + 1])
+    return int(token[0]), float(probs[0, token[0]])
+
+
+def drafting_grammar(choosing: Choosing, room: int) -> tuple[Constraint, int] | None:
+    """What the drafts after a verify commit are made under: a copy of the grammar after the
+    committed answer, and the `room` (answer positions open) the next pass will have, so the drafts
+    close (short of room) where its rows will."""
+    return None if choosing.constraint is None else (choosing.constraint.fork(), room)
 
 
 def row_candidates(
@@ -317,19 +342,20 @@ def verify_pass(
     tokens = torch.cat([drafted[:confirmed], choices[confirmed : confirmed + 1]])
     commit = Commit(take, tokens, chosen_probability(probs, choices))
     if choosing.constraint is not None:
-        consume_commit(choosing.constraint, tokens[take])
+        consume_commit(choosing.constraint, tokens[take], int(is_open.sum()))
     if not config.draft:  # (--draft 0: no drafts to make)
         return commit, Drafts(drafts.tokens, noise), None
     seen_by = written(is_open, offsets[:confirmed] + s)  # what row `confirmed` saw
     later = offsets[confirmed + 1 :]
     read = row_candidates(readout, confirmed, now, seen_by, 0, choosing)
-    following = Drafts(draft_tokens(read, later, e - s, temperature, noise, choosing), noise)
+    grammar = drafting_grammar(choosing, int(is_open.sum()) - len(take))  # the next block's too (none drafted here)
+    following = Drafts(draft_tokens(read, later, e - s, temperature, noise, choosing, grammar), noise)
     next_open = is_open[e : now.reach].nonzero()[:, 0]  # the next block's open offsets
     if len(take) < len(offsets) or bool(torch.isin(choices[confirmed], ends)) or not len(next_open):
         return commit, following, None
     fresh = gumbel_noise((now.reach - e, readout.vocab), gen, rows.device) if temperature > 0 else None
     read = row_candidates(readout, confirmed, now, seen_by, e - s, choosing)
-    next_block = Drafts(draft_tokens(read, next_open, now.reach - e, temperature, fresh, choosing), fresh)
+    next_block = Drafts(draft_tokens(read, next_open, now.reach - e, temperature, fresh, choosing, grammar), fresh)
     return commit, following, next_block
 
 

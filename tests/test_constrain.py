@@ -24,7 +24,7 @@ from test_families import SIZE
 from dcode import flows, models
 from dcode.cli.loading import with_family_defaults
 from dcode.config import SamplerConfig
-from dcode.constrain import Grammar, GrammarError, schema_file, validate
+from dcode.constrain import Grammar, GrammarError, ask_for, schema_file, validate
 from dcode.constrained import constrained_pick, mask_logits
 from dcode.events import Finished
 from dcode.grammar_tokens import GrammarConstraint
@@ -275,7 +275,8 @@ def test_other_families_answer_valid_json(writer: str, noise: str, tmp_path: Pat
 
 def left_to_right(model: Any, ids: list[int], length: int, grammar: Grammar) -> list[int]:
     """The plain constrained loop: one position per forward pass, leftmost first, each the argmax
-    of its logits among the tokens the grammar allows after what is written; padding after an end."""
+    of its logits among the tokens the grammar allows after what is written (closing tokens once
+    the room left is short); padding after an end."""
     facts = model.facts
     ends = sorted(facts.eos_ids | {facts.pad_id})
     constraint = GrammarConstraint(grammar, model.tokenizer, 0, ends)
@@ -285,7 +286,7 @@ def left_to_right(model: Any, ids: list[int], length: int, grammar: Grammar) -> 
             logits = model(x[None].to(model.device))[0].float().cpu()  # (L, V)
         row = logits[position - 1 if facts.shifted else position].clone()
         row[facts.mask_id] = float("-inf")
-        token = int(mask_logits(row, constraint.allowed()).argmax())
+        token = int(mask_logits(row, constraint.allowed(len(x) - position)).argmax())
         assert constraint.accept([token]) == 1
         x[position] = token
         if token in ends:
@@ -294,11 +295,13 @@ def left_to_right(model: Any, ids: list[int], length: int, grammar: Grammar) -> 
     return x[len(ids) :].tolist()
 
 
+@pytest.mark.parametrize("length", [40, 20])
 @pytest.mark.parametrize("draft", [0, 4, 15])
-def test_verify_under_a_grammar_writes_what_a_constrained_loop_writes(tiny_model: Any, draft: int) -> None:
+def test_verify_under_a_grammar_writes_what_a_constrained_loop_writes(tiny_model: Any, draft: int, length: int) -> None:
+    """Drafts change what a pass costs, never what it writes; with 20 positions the answer is
+    short of room and closes (the loop closes as the sampler does)."""
     grammar = Grammar.json_schema(PERSON)
     ids = prompt_ids(tiny_model, "a person", "json")
-    length = 40
     facts = tiny_model.facts
     constraint = GrammarConstraint(grammar, tiny_model.tokenizer, 0, sorted(facts.eos_ids | {facts.pad_id}))
     canvas, masks = masked(ids, length, [], facts.mask_id)
@@ -308,6 +311,68 @@ def test_verify_under_a_grammar_writes_what_a_constrained_loop_writes(tiny_model
     assert steps[-1].canvas[len(ids) :].tolist() == expected
     if draft == 0:
         assert len(steps) == sum(1 for t in expected if t != facts.pad_id)
+
+
+def test_verify_under_a_grammar_closes_where_one_token_a_pass_closes(tiny_model: Any) -> None:
+    """Short of room the answer closes, decided at each position (a verify row decides its own):
+    once it was decided a pass, and a pass that committed several tokens closed one list item
+    later than one token a pass does (a public prompt, as benchmarks/structured.py asks it)."""
+    grammar = Grammar.json_schema(replace_enum(ANSWER, ["go", "html", "javascript", "python", "rust"]))
+    request = ask_for(grammar, "a javascript function that debounces another function")
+    own = replace(with_family_defaults(SamplerConfig(), tiny_model, frozenset(), None), cache=False)
+    answers = []
+    for draft in (0, 15):
+        events = list(
+            flows.new(LocalFiller(tiny_model, replace(own, draft=draft), grammar=grammar), request, "json", 128, 0)
+        )
+        assert isinstance(events[-1], Finished)
+        answers.append(events[-1].code)
+    assert answers[0] == answers[1] and validate(grammar, answers[0])
+
+
+def replace_enum(schema: dict[str, Any], languages: list[str]) -> dict[str, Any]:
+    """ANSWER with another enum of languages."""
+    return {**schema, "properties": {**schema["properties"], "language": {"enum": languages}}}
+
+
+class RefusalSpy:
+    """A test spy, named as one: a GrammarConstraint (and its forks) that records each token other
+    than an end it is offered and refuses (an end after an end is no draft: nothing follows one)."""
+
+    def __init__(self, inner: GrammarConstraint, refused: list[int]) -> None:
+        self.inner, self.refused = inner, refused
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def fork(self) -> RefusalSpy:
+        return RefusalSpy(self.inner.fork(), self.refused)
+
+    def accept(self, tokens: list[int]) -> int:
+        taken = self.inner.accept(tokens)
+        if taken < len(tokens) and tokens[taken] not in self.inner.ends:
+            self.refused.append(tokens[taken])
+        return taken
+
+
+@pytest.mark.parametrize("schema", ["person", "answer"])
+def test_verify_drafts_under_a_grammar_are_never_refused(tiny_model: Any, schema: str) -> None:
+    """The verify rule's drafts are made under the grammar (what it forces, else a choice from its
+    mask after the drafts before), so none is one it refuses: each pass checks drafts that can
+    stand. Drafts made without it were refused on every answer here (dcode-tiny writes Python)."""
+    grammar = Grammar.json_schema(SCHEMAS[schema])
+    ids = prompt_ids(tiny_model, "a small example", "json")
+    facts = tiny_model.facts
+    refused: list[int] = []
+    spy = RefusalSpy(
+        GrammarConstraint(grammar, tiny_model.tokenizer, 0, sorted(facts.eos_ids | {facts.pad_id})), refused
+    )
+    canvas, masks = masked(ids, 64, [], facts.mask_id)
+    steps = list(denoise(tiny_model, canvas, len(ids), SamplerConfig(rule="verify"), masks=masks, constraint=spy))
+    assert refused == []
+    assert max(step.rows for step in steps) > 1 and spy.complete  # drafts were checked; the answer is whole
+    answer = [t for t in steps[-1].canvas[len(ids) :].tolist() if t not in spy.inner.ends]
+    assert validate(grammar, tiny_model.tokenizer.decode(answer))
 
 
 def test_a_constraint_fills_a_whole_answer_only(tiny_model: Any) -> None:
