@@ -36,13 +36,13 @@ HEADROOM = 1.25
 # CPU_PASS_LIMIT times the 0.5B Tiny-A2D shape's 32-token pass. PASS_COST: that ratio as measured;
 # a model without a measurement is not picked. Measured on a shared 2-core machine (noisy: compare
 # within one run): qwen3-0.6b 272 / 185 ms and coda-1.7b 526 / 185 ms (docs/benchmarks/cpu/cpu.md,
-# 2026-12-02); SDAR-1.7B's 4-token block 2410 / 1479 CPU ms in a run of both shapes alone under a
-# load average of 3.5-4.6 (docs/benchmarks/cpu/sdar-shape.md: `--shapes qwen2.5-0.5b,sdar-1.7b
-# --shape-dtypes bfloat16`).
+# 2026-12-02); SDAR-1.7B's 4-token block 486 / 392 CPU ms (242 / 197 wall) in a run of both shapes
+# alone on the quiet machine, load average 1.6 (docs/benchmarks/cpu/sdar-shape.md: `--shapes
+# qwen2.5-0.5b,sdar-1.7b --shape-dtypes bfloat16`, 2026-12-03; 1.63x in an earlier run at load 3.5-4.6).
 CPU_RAM_GB, CPU_PASS_LIMIT = 8.0, 2.0
 PASS_COST = {
     "a2d-coder-0.5b": 1.0, "a2d-coder-0.5b-mdlm": 1.0, "a2d-qwen3-0.6b": 1.47, "a2d-qwen3-0.6b-mdlm": 1.47,
-    "coda-1.7b": 2.84, "sdar-1.7b": 1.63,
+    "coda-1.7b": 2.84, "sdar-1.7b": 1.24,
 }  # fmt: skip
 
 
