@@ -164,10 +164,13 @@ def create_app(
             raise BadRequest(message, "model", 404, "model_not_found")
         return card()
 
-    async def serve(request: Request, kind: Kind) -> Any:
+    async def accepted(request: Request) -> bytes:  # the key, the media type and the body's limits
         check_key(request, api_key)
         check_json(request)
-        raw = await read_body(request, max_body, body_timeout)
+        return await read_body(request, max_body, body_timeout)
+
+    async def serve(request: Request, kind: Kind) -> Any:
+        raw = await accepted(request)
 
         def prepare() -> Prepared:  # JSON and tokenizing take CPU: in a thread, never on the event loop
             return engine.prepare(parse(kind, parse_body(raw), engine.served))
@@ -186,11 +189,6 @@ def create_app(
     @app.post("/v1/fim/completions")
     async def fim(request: Request) -> Any:
         return await serve(request, "text")
-
-    async def accepted(request: Request) -> bytes:  # the key, the media type and the body's limits
-        check_key(request, api_key)
-        check_json(request)
-        return await read_body(request, max_body, body_timeout)
 
     mercury.add_routes(app, engine, preparers, accepted, run)  # Inception's /v1/apply and /v1/edit paths
     return app
