@@ -12,6 +12,7 @@ inside functions (dcode --help stays fast). Knows nothing about the sampler, arg
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -204,15 +205,9 @@ def validate(grammar: Grammar, text: str) -> bool:
     return matcher.consume_tokens(list(data)) and matcher.is_accepting() and not matcher.is_error()
 
 
-# ---------------------------------------------------------------------------------------------
-# The tokenizer side: llguidance's view of a model's vocabulary, cached per tokenizer
-
-
-_TOKENIZERS: dict[int, tuple[Any, LLTokenizer]] = {}
-
-
+@functools.cache
 def byte_tokenizer() -> LLTokenizer:
-    """A tokenizer of one token per byte (ids 0-255; 256 ends), for checking a finished text."""
+    """A tokenizer of one token per byte (ids 0-255; 256 ends), for checking a finished text. Built once."""
     from llguidance import LLTokenizer, TokenizerWrapper
 
     class Bytes:
@@ -224,7 +219,4 @@ def byte_tokenizer() -> LLTokenizer:
         def __call__(self, text: bytes | str) -> list[int]:
             return list(text.encode() if isinstance(text, str) else text)
 
-    key = -1
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = (None, LLTokenizer(TokenizerWrapper(Bytes()), slices=[]))
-    return _TOKENIZERS[key][1]
+    return LLTokenizer(TokenizerWrapper(Bytes()), slices=[])
