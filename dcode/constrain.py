@@ -189,9 +189,8 @@ def validate(grammar: Grammar, text: str) -> bool:
             return isinstance(value, dict)
         import jsonschema
 
-        return jsonschema.validators.validator_for(json.loads(grammar.source))(json.loads(grammar.source)).is_valid(
-            value
-        )
+        schema = json.loads(grammar.source)
+        return jsonschema.validators.validator_for(schema)(schema).is_valid(value)
     if grammar.kind == "regex":
         try:
             return re.fullmatch(grammar.source, text) is not None
