@@ -12,6 +12,7 @@ inside functions (dcode --help stays fast). Knows nothing about the sampler, arg
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -188,9 +189,8 @@ def validate(grammar: Grammar, text: str) -> bool:
             return isinstance(value, dict)
         import jsonschema
 
-        return jsonschema.validators.validator_for(json.loads(grammar.source))(json.loads(grammar.source)).is_valid(
-            value
-        )
+        schema = json.loads(grammar.source)
+        return jsonschema.validators.validator_for(schema)(schema).is_valid(value)
     if grammar.kind == "regex":
         try:
             return re.fullmatch(grammar.source, text) is not None
@@ -204,15 +204,9 @@ def validate(grammar: Grammar, text: str) -> bool:
     return matcher.consume_tokens(list(data)) and matcher.is_accepting() and not matcher.is_error()
 
 
-# ---------------------------------------------------------------------------------------------
-# The tokenizer side: llguidance's view of a model's vocabulary, cached per tokenizer
-
-
-_TOKENIZERS: dict[int, tuple[Any, LLTokenizer]] = {}
-
-
+@functools.cache
 def byte_tokenizer() -> LLTokenizer:
-    """A tokenizer of one token per byte (ids 0-255; 256 ends), for checking a finished text."""
+    """A tokenizer of one token per byte (ids 0-255; 256 ends), for checking a finished text. Built once."""
     from llguidance import LLTokenizer, TokenizerWrapper
 
     class Bytes:
@@ -224,7 +218,4 @@ def byte_tokenizer() -> LLTokenizer:
         def __call__(self, text: bytes | str) -> list[int]:
             return list(text.encode() if isinstance(text, str) else text)
 
-    key = -1
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = (None, LLTokenizer(TokenizerWrapper(Bytes()), slices=[]))
-    return _TOKENIZERS[key][1]
+    return LLTokenizer(TokenizerWrapper(Bytes()), slices=[])

@@ -108,7 +108,6 @@ class GrammarConstraint:
         from llguidance import LLMatcher
 
         self.grammar = grammar
-        self.kind = grammar.kind
         self.ends = sorted(set(ends))
         self.engine = engine_tokenizer(tokenizer, vocab, self.ends)
         self.vocab = self.engine.vocab_size
@@ -183,7 +182,7 @@ class GrammarConstraint:
                 if not self.matcher.is_accepting():
                     break
                 self.ended = True
-            elif not 0 <= token < self.engine.vocab_size or not self.matcher.try_consume_tokens([token]):
+            elif not 0 <= token < self.vocab or not self.matcher.try_consume_tokens([token]):
                 break  # (an id past the tokenizer's, from a wider output head, would be an engine error)
             taken += 1
         return taken
@@ -198,6 +197,10 @@ class GrammarConstraint:
         twin.__dict__.update(self.__dict__)
         twin.matcher = self.matcher.deep_copy()
         return twin
+
+    @property
+    def kind(self) -> str:
+        return self.grammar.kind
 
     @property
     def finished(self) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from dcode.constrain import MAX_SOURCE, Grammar, GrammarError
@@ -239,7 +239,7 @@ def shaped(kind: str, body: dict[str, Any]) -> Shape:
         grammar = Grammar.json_object()
     else:
         grammar = None
-    return Shape(form, schema, tools, choice, shape.parallel, grammar)
+    return replace(shape, grammar=grammar)
 
 
 def call_schema(tool: Tool) -> dict[str, Any]:
