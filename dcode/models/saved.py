@@ -202,7 +202,7 @@ def assemble(model: nn.Module, path: Path, names: set[str], dtype: torch.dtype) 
     from torch import nn
 
     from dcode.models.int8_linear import Int8Embedding, Int8Linear
-    from dcode.models.quantize import read_tensors
+    from dcode.models.quantize import place, read_tensors
 
     held = dict(read_tensors(path, names))  # the quantised model's size, read once: no second copy
     int8 = sorted(name.removesuffix(".qdata") for name in held if name.endswith(".qdata"))
@@ -210,11 +210,7 @@ def assemble(model: nn.Module, path: Path, names: set[str], dtype: torch.dtype) 
         owner, _, leaf = key.rpartition(".")
         if owner in int8 and leaf in ("qdata", "scale"):
             continue
-        module = model.get_submodule(owner)
-        if leaf in module._parameters:
-            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
-        else:
-            module._buffers[leaf] = tensor
+        place(model.get_submodule(owner), leaf, tensor)
     for owner in int8:
         qdata, scale = held[f"{owner}.qdata"], held[f"{owner}.scale"]
         module = model.get_submodule(owner)
