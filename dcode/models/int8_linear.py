@@ -102,9 +102,8 @@ class Int8Embedding(nn.Module):
         scale = torch.empty(len(weight), dtype=torch.float32, device=weight.device)  # (vocab,)
         qdata = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
         for start in range(0, len(weight), 4096):  # in slices: no float32 copy of the whole matrix
-            rows = weight[start : start + 4096].float()
-            scale[start : start + 4096] = rows.abs().amax(dim=1).clamp(min=1e-12) / 127
-            qdata[start : start + 4096] = (rows / scale[start : start + 4096, None]).round().clamp(-127, 127)
+            rows, row_scale = int8_rows(weight[start : start + 4096])
+            qdata[start : start + 4096], scale[start : start + 4096] = rows, row_scale[:, 0]
         return cls(qdata, scale, weight.dtype)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

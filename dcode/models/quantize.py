@@ -232,15 +232,22 @@ def stream_weights(
                 if config is not None and isinstance(module, nn.Embedding) and tensor.is_floating_point():
                     model.set_submodule(owner, Int8Embedding.of(tensor))  # int8 rows (whatever the kind)
                     continue
-                if leaf in module._parameters:
-                    module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
-                else:
-                    module._buffers[leaf] = tensor
+                place(module, leaf, tensor)
                 if config is not None and isinstance(module, nn.Linear) and quantized(key, tuple(tensor.shape)):
                     quantize_layer(module, config, key)
                     give_back_freed()
         except (OSError, ValueError, KeyError) as error:
             raise ModelError(f"{folder}: cannot load weights: {str(error).splitlines()[0]}") from None
+
+
+def place(module: nn.Module, leaf: str, tensor: torch.Tensor) -> None:
+    """`tensor` in place of the (meta) parameter or buffer `leaf` of `module`, frozen."""
+    from torch import nn
+
+    if leaf in module._parameters:
+        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+    else:
+        module._buffers[leaf] = tensor
 
 
 def give_back_freed() -> None:

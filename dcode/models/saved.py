@@ -168,13 +168,15 @@ def read_into(
         return False
     metadata = read_metadata(path)
     dtype_name = str(dtype).removeprefix("torch.")
-    problem = "it is not a safetensors file with dcode's metadata" if metadata is None else None
-    problem = problem or mismatch(metadata or {}, folder, kind, dtype_name) or misnamed(metadata or {}, expected)
-    if problem:
+    if metadata is None:
+        problem: str | None = "it is not a safetensors file with dcode's metadata"
+    else:
+        problem = mismatch(metadata, folder, kind, dtype_name) or misnamed(metadata, expected)
+    if problem or metadata is None:
         sys.stderr.write(f"dcode: not reading the saved {kind} copy {path}: {problem}; quantising on load\n")
         return False
     try:
-        assemble(model, path, dtype)
+        assemble(model, path, set(metadata["tensors"].split(",")), dtype)
     except (OSError, ValueError, RuntimeError, KeyError) as error:  # a truncated or damaged file
         raise ModelError(
             f"cannot read the saved {kind} copy {path}: {str(error).splitlines()[0]} (delete it)"
@@ -194,26 +196,21 @@ def misnamed(metadata: Mapping[str, str], expected: set[str]) -> str | None:
     return f"it holds {unused[0]}, which this network does not read" if unused else None
 
 
-def assemble(model: nn.Module, path: Path, dtype: torch.dtype) -> None:
-    """The copy's tensors into `model`: int8 layers and embeddings rebuilt around their qdata and
-    scale, every other tensor in place of its meta one."""
+def assemble(model: nn.Module, path: Path, names: set[str], dtype: torch.dtype) -> None:
+    """The copy's tensors (`names`, from its header) into `model`: int8 layers and embeddings
+    rebuilt around their qdata and scale, every other tensor in place of its meta one."""
     from torch import nn
 
     from dcode.models.int8_linear import Int8Embedding, Int8Linear
-    from dcode.models.quantize import read_tensors
+    from dcode.models.quantize import place, read_tensors
 
-    names = set((read_metadata(path) or {}).get("tensors", "").split(","))
     held = dict(read_tensors(path, names))  # the quantised model's size, read once: no second copy
     int8 = sorted(name.removesuffix(".qdata") for name in held if name.endswith(".qdata"))
     for key, tensor in held.items():
         owner, _, leaf = key.rpartition(".")
         if owner in int8 and leaf in ("qdata", "scale"):
             continue
-        module = model.get_submodule(owner)
-        if leaf in module._parameters:
-            module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
-        else:
-            module._buffers[leaf] = tensor
+        place(model.get_submodule(owner), leaf, tensor)
     for owner in int8:
         qdata, scale = held[f"{owner}.qdata"], held[f"{owner}.scale"]
         module = model.get_submodule(owner)

@@ -111,13 +111,12 @@ def load(
     model import), the rest on transformers' classes (native_path=False: those always)."""
     from dcode.models.families import qwen2
 
-    qwen3 = is_qwen3(config)
     if native_path and native_fits(config, folder, name):
         read_headers(folder)  # bad or truncated files: one-line errors first
         return qwen2.load_native(folder, config, device, dtype, name, FAMILY, plain=False)
     from dcode.models.decoder import build, qwen_model
 
-    model_class, model_config = qwen_model(config, folder, qwen3=qwen3)
+    model_class, model_config = qwen_model(config, folder, qwen3=is_qwen3(config))
     return build(folder, config, model_class, model_config, device, dtype, name=name, family="a2d")
 
 
